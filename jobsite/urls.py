@@ -1,0 +1,8 @@
+"""URL routes: the admin and the REST API."""
+
+from django.contrib import admin
+from django.urls import path
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+]

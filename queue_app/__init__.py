@@ -1,0 +1,1 @@
+"""A durable job queue: PostgreSQL records every job, Redis orders what runs next."""

@@ -1,0 +1,15 @@
+from django.apps import AppConfig
+
+
+class QueueAppConfig(AppConfig):
+    name = "queue_app"
+    verbose_name = "Job queue"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from django.utils.module_loading import autodiscover_modules
+
+        from queue_app import checks, conf  # noqa: F401 - registers checks and the reload signal
+
+        # Each installed app may register handlers in a ``jobs`` module.
+        autodiscover_modules("jobs")

@@ -1,0 +1,89 @@
+"""The registry that maps a job ``type`` to its Python callable and options.
+
+Handlers register with ``@job_handler("name", ...)`` in a ``jobs`` module of
+any installed app (discovered at start-up). A request can only name a
+registered type: nothing from a request is ever imported or unpickled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+from queue_app.exceptions import UnknownJobType
+
+Handler = Callable[[dict[str, Any]], Any]
+
+
+@dataclass(frozen=True)
+class HandlerSpec:
+    name: str
+    func: Handler
+    # None means "use the JOBQUEUE default".
+    time_limit: float | None = None
+    max_attempts: int | None = None
+    retry_backoff_base: float | None = None
+    retry_backoff_max: float | None = None
+    # Run the handler inside the transaction that completes the job: its own
+    # database writes commit with the completion and roll back with a fenced
+    # or failed attempt (exactly-once effects for database work).
+    atomic: bool = False
+    # Exceptions that fail the job at once instead of retrying.
+    give_up_on: tuple[type[BaseException], ...] = ()
+
+
+_registry: dict[str, HandlerSpec] = {}
+
+
+def job_handler(
+    name: str,
+    *,
+    time_limit: float | None = None,
+    max_attempts: int | None = None,
+    retry_backoff_base: float | None = None,
+    retry_backoff_max: float | None = None,
+    atomic: bool = False,
+    give_up_on: tuple[type[BaseException], ...] = (),
+) -> Callable[[Handler], Handler]:
+    """Register ``func`` as the handler of job type ``name``."""
+
+    def register(func: Handler) -> Handler:
+        existing = _registry.get(name)
+        if existing is not None and existing.func is not func:
+            qualname = f"{existing.func.__module__}.{existing.func.__qualname__}"
+            raise ValueError(f"job type {name!r} is already registered to {qualname}")
+        _registry[name] = HandlerSpec(
+            name=name,
+            func=func,
+            time_limit=time_limit,
+            max_attempts=max_attempts,
+            retry_backoff_base=retry_backoff_base,
+            retry_backoff_max=retry_backoff_max,
+            atomic=atomic,
+            give_up_on=give_up_on,
+        )
+        return func
+
+    return register
+
+
+def get_handler(name: str) -> HandlerSpec:
+    try:
+        return _registry[name]
+    except (KeyError, TypeError):
+        raise UnknownJobType(f"{name!r} is not a registered job type", field="type") from None
+
+
+def registered_types() -> list[str]:
+    return sorted(_registry)
+
+
+# The job the current handler call runs for (id, attempt, ...), set by the worker.
+_current_job: ContextVar = ContextVar("current_job")
+
+
+def current_job():
+    """The ClaimedJob being run; only valid inside a handler."""
+    return _current_job.get()

@@ -1,0 +1,57 @@
+"""What JSON the stores accept: checked before a write, so bad input is a 4xx, not a 500.
+
+PostgreSQL's jsonb rejects ``\\u0000`` and lone surrogates; Python's parser
+and serializer hit RecursionError near 1,000 levels. Both are caught here.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from queue_app.exceptions import InvalidJob, PayloadTooLarge
+
+
+def _check_string(value: str, field: str) -> None:
+    if "\x00" in value:
+        raise InvalidJob("strings may not contain the NUL character (\\u0000)", field=field)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidJob("strings may not contain lone surrogates", field=field) from None
+
+
+def _walk(value: Any, field: str, depth: int, max_depth: int) -> None:
+    if depth > max_depth:
+        raise InvalidJob(f"nested deeper than {max_depth} levels", field=field)
+    if isinstance(value, str):
+        _check_string(value, field)
+    elif isinstance(value, bool) or value is None:
+        return
+    elif isinstance(value, int):
+        # jsonb stores numerics, but keep integers within what clients round-trip.
+        if abs(value) >= 2**63:
+            raise InvalidJob("integers must fit in 64 bits", field=field)
+    elif isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise InvalidJob("NaN and infinity are not JSON", field=field)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidJob("object keys must be strings", field=field)
+            _check_string(key, field)
+            _walk(item, field, depth + 1, max_depth)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _walk(item, field, depth + 1, max_depth)
+    else:
+        raise InvalidJob(f"{type(value).__name__} is not JSON", field=field)
+
+
+def check_json(value: Any, *, field: str, max_bytes: int, max_depth: int) -> int:
+    """Raise InvalidJob / PayloadTooLarge naming ``field``; returns the encoded size."""
+    _walk(value, field, 1, max_depth)
+    size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    if size > max_bytes:
+        raise PayloadTooLarge(f"larger than {max_bytes} bytes ({size})", field=field)
+    return size

@@ -1,0 +1,647 @@
+"""Every change to a job's state, one function per transition.
+
+Each transition is one conditional UPDATE (expected status, plus the attempt
+number as a fencing token for a running job), its JobLog row and, where Redis
+must change, its OutboxMessage row, in one transaction. Services never touch
+Redis: the relay applies outbox rows. A transition whose condition no longer
+holds changes nothing and is logged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import structlog
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from queue_app import dispatch
+from queue_app.conf import queue_settings
+from queue_app.exceptions import (
+    IdempotencyConflict,
+    IdempotencyKeyInUse,
+    InvalidJob,
+    JobNotFound,
+    TransitionNotAllowed,
+)
+from queue_app.handlers import get_handler
+from queue_app.models import Job, JobLog, OutboxMessage
+from queue_app.payloads import check_json
+from queue_app.states import PRIORITY_TIER, Priority, Status
+
+log = structlog.get_logger("queue_app.services")
+
+# NOTIFY channel the relay listens on; delivered only when the transaction commits.
+OUTBOX_CHANNEL = "jobqueue_outbox"
+MAX_ATTEMPTS_LIMIT = 100
+
+
+# --- enqueue -----------------------------------------------------------------
+
+
+@dataclass
+class JobRequest:
+    """One job to create; validated by ``enqueue_jobs`` before anything is written."""
+
+    type: str
+    payload: dict[str, Any] = field(default_factory=dict)
+    priority: str = Priority.MEDIUM
+    queue: str = "default"
+    run_at: datetime | None = None
+    max_attempts: int | None = None
+    idempotency_key: str | None = None
+
+    def fingerprint(self) -> str:
+        body = [self.type, self.payload, self.priority, self.queue, self.max_attempts]
+        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def _validated(request: JobRequest) -> JobRequest:
+    settings = queue_settings()
+    spec = get_handler(request.type)
+    if request.priority not in Priority.values:
+        raise InvalidJob(f"must be one of {', '.join(Priority.values)}", field="priority")
+    if request.queue not in settings.QUEUES:
+        raise InvalidJob(f"must be one of {', '.join(settings.QUEUES)}", field="queue")
+    if not isinstance(request.payload, dict):
+        raise InvalidJob("must be a JSON object", field="payload")
+    check_json(
+        request.payload,
+        field="payload",
+        max_bytes=settings.MAX_PAYLOAD_BYTES,
+        max_depth=settings.MAX_PAYLOAD_DEPTH,
+    )
+    max_attempts = request.max_attempts or spec.max_attempts or settings.DEFAULT_MAX_ATTEMPTS
+    if isinstance(max_attempts, bool) or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT:
+        raise InvalidJob(f"must be between 1 and {MAX_ATTEMPTS_LIMIT}", field="max_attempts")
+    if request.run_at is not None and timezone.is_naive(request.run_at):
+        raise InvalidJob("must include a UTC offset", field="run_at")
+    key = request.idempotency_key
+    if key is not None:
+        if not isinstance(key, str) or not 1 <= len(key) <= 255:
+            raise InvalidJob("must be 1 to 255 characters", field="idempotency_key")
+        check_json(key, field="idempotency_key", max_bytes=1024, max_depth=1)
+    return JobRequest(
+        type=request.type,
+        payload=request.payload,
+        priority=request.priority,
+        queue=request.queue,
+        run_at=request.run_at,
+        max_attempts=max_attempts,
+        idempotency_key=key,
+    )
+
+
+def _new_job(request: JobRequest, owner, now: datetime) -> Job:
+    scheduled = request.run_at is not None and request.run_at > now
+    return Job(
+        type=request.type,
+        payload=request.payload,
+        priority=request.priority,
+        queue=request.queue,
+        max_attempts=request.max_attempts,
+        next_retry_at=request.run_at if scheduled else None,
+        enqueued_at=request.run_at if scheduled else now,
+        idempotency_key=request.idempotency_key,
+        idempotency_fingerprint=request.fingerprint() if request.idempotency_key else "",
+        owner=owner,
+    )
+
+
+def _ready_intent(job: Job) -> OutboxMessage:
+    """The outbox row that puts a queued job where a worker finds it."""
+    if job.next_retry_at is not None:
+        return OutboxMessage(
+            job_id=job.id,
+            action=OutboxMessage.Action.SCHEDULE,
+            queue=job.queue,
+            score=dispatch.due_score(job.next_retry_at),
+        )
+    return OutboxMessage(
+        job_id=job.id,
+        action=OutboxMessage.Action.ENQUEUE,
+        queue=job.queue,
+        score=dispatch.priority_score(PRIORITY_TIER[job.priority], job.enqueued_at),
+    )
+
+
+def _notify_relay() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, '')", [OUTBOX_CHANNEL])
+
+
+def _existing_for_key(request: JobRequest, owner) -> Job:
+    """The job a repeated idempotency key refers to, or a conflict."""
+    job = Job.objects.get(idempotency_key=request.idempotency_key)
+    if (job.owner_id or None) != (getattr(owner, "pk", None)):
+        # Reveal nothing about another owner's job.
+        raise IdempotencyKeyInUse("this idempotency key is already in use", field="idempotency_key")
+    if job.idempotency_fingerprint != request.fingerprint():
+        raise IdempotencyConflict(
+            "this idempotency key was used with a different request", field="idempotency_key"
+        )
+    job.was_created = False
+    return job
+
+
+def enqueue_jobs(requests: Sequence[JobRequest], *, owner=None) -> list[Job]:
+    """Create jobs with their log and outbox rows, all or nothing.
+
+    Joins the caller's transaction when there is one: if it rolls back, no
+    job, no outbox row, and nothing ever reaches Redis. Each returned job has
+    ``was_created`` (False when an idempotency key matched an existing job).
+    """
+    validated = [_validated(request) for request in requests]
+    keys = [r.idempotency_key for r in validated if r.idempotency_key]
+    if len(keys) != len(set(keys)):
+        raise InvalidJob("the same key appears twice in one request", field="idempotency_key")
+    with transaction.atomic():
+        now = timezone.now()
+        jobs: list[Job] = []
+        fresh: list[Job] = []
+        for request in validated:
+            job = _new_job(request, owner, now)
+            if request.idempotency_key:
+                # A concurrent insert of the same key blocks on the unique index
+                # until the other transaction ends, then fails here: exactly one job.
+                try:
+                    with transaction.atomic():
+                        job.save(force_insert=True)
+                except IntegrityError:
+                    jobs.append(_existing_for_key(request, owner))
+                    continue
+            job.was_created = True
+            jobs.append(job)
+            fresh.append(job)
+        unsaved = [job for job in fresh if not job.idempotency_key]
+        if unsaved:
+            Job.objects.bulk_create(unsaved)
+        if fresh:
+            JobLog.objects.bulk_create(
+                JobLog(
+                    job_id=job.id,
+                    event="enqueued",
+                    message=f"enqueued on {job.queue} ({job.priority})",
+                    extra={"run_at": job.next_retry_at.isoformat()} if job.next_retry_at else {},
+                )
+                for job in fresh
+            )
+            OutboxMessage.objects.bulk_create(_ready_intent(job) for job in fresh)
+            _notify_relay()
+    for job in fresh:
+        log.info("job_enqueued", job_id=str(job.id), type=job.type, queue=job.queue, priority=job.priority)
+    return jobs
+
+
+def enqueue_job(
+    type: str,
+    payload: dict[str, Any] | None = None,
+    *,
+    priority: str = Priority.MEDIUM,
+    queue: str = "default",
+    run_at: datetime | None = None,
+    max_attempts: int | None = None,
+    idempotency_key: str | None = None,
+    owner=None,
+) -> Job:
+    """Create one job (see ``enqueue_jobs``); a repeated idempotency key returns the existing job."""
+    request = JobRequest(
+        type=type,
+        payload={} if payload is None else payload,
+        priority=priority,
+        queue=queue,
+        run_at=run_at,
+        max_attempts=max_attempts,
+        idempotency_key=idempotency_key,
+    )
+    return enqueue_jobs([request], owner=owner)[0]
+
+
+# --- running jobs (used by workers) ------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    id: str
+    type: str
+    queue: str
+    payload: dict[str, Any]
+    attempt: int
+    max_attempts: int
+
+
+_CLAIM_SQL = """
+WITH claimed AS (
+    UPDATE jobs
+       SET status = 'processing', attempts = attempts + 1, started_at = now(),
+           next_retry_at = NULL, worker_id = %(worker)s,
+           lease_expires_at = now() + make_interval(secs => %(lease)s)
+     WHERE id = ANY(%(ids)s::uuid[]) AND status = 'queued'
+       AND (next_retry_at IS NULL OR next_retry_at <= now())
+ RETURNING id, type, queue, payload, attempts, max_attempts
+), logged AS (
+    INSERT INTO job_logs (job_id, created_at, level, event, message, extra)
+    SELECT id, now(), 'info', 'claimed', 'claimed by ' || %(worker)s,
+           jsonb_build_object('attempt', attempts, 'worker', %(worker)s)
+      FROM claimed
+)
+SELECT id, type, queue, payload, attempts, max_attempts FROM claimed
+"""
+
+
+def claim_jobs(ids: Sequence[str], *, worker_id: str) -> list[ClaimedJob]:
+    """Compare-and-set claim of popped ids in one statement; others are logged and dropped.
+
+    Two workers claiming one id: the second UPDATE waits for the first's row
+    lock, re-checks ``status = 'queued'`` and skips the row.
+    """
+    if not ids:
+        return []
+    lease = queue_settings().LEASE_SECONDS
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(_CLAIM_SQL, {"ids": list(ids), "worker": worker_id, "lease": lease})
+        rows = cursor.fetchall()
+    claimed = [
+        ClaimedJob(
+            id=str(row[0]),
+            type=row[1],
+            queue=row[2],
+            payload=json.loads(row[3]) if isinstance(row[3], str) else row[3],
+            attempt=row[4],
+            max_attempts=row[5],
+        )
+        for row in rows
+    ]
+    if len(claimed) < len(set(ids)):
+        _log_unclaimed(set(ids) - {job.id for job in claimed})
+    return claimed
+
+
+def _log_unclaimed(ids: set[str]) -> None:
+    found = dict(Job.objects.filter(id__in=ids).values_list("id", "status").iterator())
+    for job_id in ids:
+        status = found.get(_uuid(job_id))
+        if status is None:
+            log.warning("job_not_found_in_db", job_id=job_id)
+        else:
+            log.warning("job_status_not_queued", job_id=job_id, status=status)
+
+
+def not_due(ids: Iterable[str]) -> list[tuple[str, str, datetime]]:
+    """(id, queue, due) of queued jobs among ``ids`` whose time has not come yet."""
+    return list(
+        Job.objects.filter(
+            id__in=list(ids), status=Status.QUEUED, next_retry_at__gt=timezone.now()
+        ).values_list("id", "queue", "next_retry_at")
+    )
+
+
+def _uuid(value: str):
+    import uuid
+
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Completion:
+    job_id: str
+    attempt: int
+    result: Any
+
+
+_COMPLETE_SQL = """
+WITH input AS (
+    SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS t(id uuid, attempt int, result jsonb)
+), done AS (
+    UPDATE jobs
+       SET status = 'completed', result = input.result, completed_at = now(),
+           last_error = '', worker_id = '', lease_expires_at = NULL
+      FROM input
+     WHERE jobs.id = input.id AND jobs.status = 'processing' AND jobs.attempts = input.attempt
+ RETURNING jobs.id, jobs.attempts
+), logged AS (
+    INSERT INTO job_logs (job_id, created_at, level, event, message, extra)
+    SELECT id, now(), 'info', 'completed', '', jsonb_build_object('attempt', attempts) FROM done
+)
+SELECT id FROM done
+"""
+
+
+def complete_jobs(completions: Sequence[Completion]) -> set[str]:
+    """Complete many jobs in one statement; returns the ids the fence let through.
+
+    A job cancelled, rescued or re-claimed since this attempt began keeps its
+    state: its result is not written, and a 'completion_fenced' row says so.
+    """
+    if not completions:
+        return set()
+    rows = [{"id": c.job_id, "attempt": c.attempt, "result": c.result} for c in completions]
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(_COMPLETE_SQL, {"rows": json.dumps(rows)})
+            done = {str(row[0]) for row in cursor.fetchall()}
+        fenced = [c for c in completions if c.job_id not in done]
+        if fenced:
+            _record_fenced(fenced, "completion_fenced")
+    for c in completions:
+        if c.job_id in done:
+            log.info("job_completed", job_id=c.job_id, attempt=c.attempt)
+    return done
+
+
+def complete_job(job_id: str, attempt: int, result: Any) -> bool:
+    """Complete one job; False when the fence rejected it (see ``complete_jobs``)."""
+    return bool(complete_jobs([Completion(job_id, attempt, result)]))
+
+
+def _record_fenced(items: Sequence[Completion], event: str) -> None:
+    existing = set(
+        str(pk) for pk in Job.objects.filter(id__in=[c.job_id for c in items]).values_list("id", flat=True)
+    )
+    JobLog.objects.bulk_create(
+        JobLog(
+            job_id=c.job_id,
+            level=JobLog.Level.WARNING,
+            event=event,
+            message="attempt no longer holds the job; nothing written",
+            extra={"attempt": c.attempt},
+        )
+        for c in items
+        if c.job_id in existing
+    )
+    for c in items:
+        log.warning(event, job_id=c.job_id, attempt=c.attempt)
+
+
+def retry_delay(attempt: int, *, base: float, cap: float) -> float:
+    """Exponential backoff with jitter: uniform in [d/2, d], d = min(cap, base * 2**(attempt-1))."""
+    delay = min(cap, base * 2 ** max(attempt - 1, 0))
+    return random.uniform(delay / 2, delay)
+
+
+_SETTLE_FAILURE_SQL = """
+UPDATE jobs
+   SET status = CASE WHEN %(retry)s AND attempts < max_attempts THEN 'queued' ELSE 'failed' END,
+       next_retry_at = CASE WHEN %(retry)s AND attempts < max_attempts
+                            THEN now() + make_interval(secs => %(delay)s) END,
+       enqueued_at = CASE WHEN %(retry)s AND attempts < max_attempts
+                          THEN now() + make_interval(secs => %(delay)s) ELSE enqueued_at END,
+       completed_at = CASE WHEN %(retry)s AND attempts < max_attempts THEN NULL ELSE now() END,
+       last_error = %(error)s, worker_id = '', lease_expires_at = NULL
+ WHERE {condition}
+RETURNING id, status, attempts, queue, next_retry_at
+"""
+
+
+def _settle_failures(
+    condition: str, params: dict, *, error: str, retry: bool, delay: float, events: tuple[str, str]
+) -> list[tuple]:
+    """Shared by a handler error and a lease rescue: retry with backoff or fail for good."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _SETTLE_FAILURE_SQL.format(condition=condition),
+            {**params, "retry": retry, "delay": delay, "error": error[:10_000]},
+        )
+        rows = cursor.fetchall()
+    retry_event, fail_event = events
+    logs, outbox = [], []
+    for job_id, status, attempts, queue, next_retry_at in rows:
+        if status == Status.QUEUED:
+            logs.append(
+                JobLog(
+                    job_id=job_id,
+                    level=JobLog.Level.WARNING,
+                    event=retry_event,
+                    message=error[:2000],
+                    extra={"attempt": attempts, "next_retry_at": next_retry_at.isoformat()},
+                )
+            )
+            outbox.append(
+                OutboxMessage(
+                    job_id=job_id,
+                    action=OutboxMessage.Action.SCHEDULE,
+                    queue=queue,
+                    score=dispatch.due_score(next_retry_at),
+                )
+            )
+        else:
+            logs.append(
+                JobLog(
+                    job_id=job_id,
+                    level=JobLog.Level.ERROR,
+                    event=fail_event,
+                    message=error[:2000],
+                    extra={"attempt": attempts},
+                )
+            )
+    JobLog.objects.bulk_create(logs)
+    if outbox:
+        OutboxMessage.objects.bulk_create(outbox)
+        _notify_relay()
+    return rows
+
+
+def fail_job(job_id: str, attempt: int, error: str, *, retry: bool = True) -> str | None:
+    """Record a failed attempt: back to queued after a backoff, or failed when none are left.
+
+    Returns the new status, or None when the fence rejected the write.
+    """
+    spec = _spec_or_none(job_id)
+    settings = queue_settings()
+    base = (spec and spec.retry_backoff_base) or settings.RETRY_BACKOFF_BASE_SECONDS
+    cap = (spec and spec.retry_backoff_max) or settings.RETRY_BACKOFF_MAX_SECONDS
+    with transaction.atomic():
+        rows = _settle_failures(
+            "id = %(id)s AND status = 'processing' AND attempts = %(attempt)s",
+            {"id": job_id, "attempt": attempt},
+            error=error,
+            retry=retry,
+            delay=retry_delay(attempt, base=base, cap=cap),
+            events=("retry_scheduled", "failed"),
+        )
+        if not rows:
+            _record_fenced([Completion(job_id, attempt, None)], "failure_fenced")
+            return None
+    status = rows[0][1]
+    log.info(
+        "job_retry_scheduled" if status == Status.QUEUED else "job_failed", job_id=job_id, attempt=attempt
+    )
+    return status
+
+
+def _spec_or_none(job_id: str):
+    job_type = Job.objects.filter(id=job_id).values_list("type", flat=True).first()
+    try:
+        return get_handler(job_type)
+    except Exception:  # noqa: BLE001 - an unregistered type just uses the defaults
+        return None
+
+
+def rescue_expired_leases(limit: int = 1000) -> list[tuple]:
+    """Jobs whose worker stopped heartbeating: the attempt counts as failed.
+
+    The attempt number stays (it is the fencing token), so a paused worker
+    that wakes up later cannot write over the next attempt.
+    """
+    settings = queue_settings()
+    with transaction.atomic():
+        rows = _settle_failures(
+            "id IN (SELECT id FROM jobs WHERE status = 'processing' AND lease_expires_at < now()"
+            " ORDER BY lease_expires_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED)",
+            {"limit": limit},
+            error="lease expired: the worker stopped heartbeating",
+            retry=True,
+            delay=settings.RETRY_BACKOFF_BASE_SECONDS,
+            events=("lease_expired_requeued", "lease_expired_failed"),
+        )
+    for job_id, status, attempts, *_ in rows:
+        log.warning("lease_expired", job_id=str(job_id), attempt=attempts, status=status)
+    return rows
+
+
+def extend_leases(held: Sequence[tuple[str, int]], *, worker_id: str) -> set[str]:
+    """Heartbeat: push out the leases this worker still holds; returns the ids still held."""
+    if not held:
+        return set()
+    rows = [{"id": job_id, "attempt": attempt} for job_id, attempt in held]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            UPDATE jobs SET lease_expires_at = now() + make_interval(secs => %(lease)s)
+              FROM jsonb_to_recordset(%(rows)s::jsonb) AS t(id uuid, attempt int)
+             WHERE jobs.id = t.id AND jobs.attempts = t.attempt
+               AND jobs.status = 'processing' AND jobs.worker_id = %(worker)s
+            RETURNING jobs.id
+            """,
+            {"rows": json.dumps(rows), "worker": worker_id, "lease": queue_settings().LEASE_SECONDS},
+        )
+        return {str(row[0]) for row in cursor.fetchall()}
+
+
+def hand_back_job(job_id: str, attempt: int, *, worker_id: str, reason: str) -> bool:
+    """Return a running job to the queue unrun (clean shutdown): the attempt is not counted.
+
+    Safe because the caller is the process that ran the attempt and has
+    stopped it; the fence makes it a no-op if the job moved on meanwhile.
+    """
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                """
+                UPDATE jobs SET status = 'queued', attempts = attempts - 1, worker_id = '',
+                       lease_expires_at = NULL, started_at = NULL
+                 WHERE id = %s AND status = 'processing' AND attempts = %s AND worker_id = %s
+                RETURNING id, queue, priority, enqueued_at
+                """,
+                [job_id, attempt, worker_id],
+            )
+            row = cursor.fetchone()
+        if row is None:
+            log.info("hand_back_skipped", job_id=job_id, attempt=attempt)
+            return False
+        _, queue, priority, enqueued_at = row
+        JobLog.objects.create(job_id=job_id, event="handed_back", message=reason, extra={"attempt": attempt})
+        OutboxMessage.objects.create(
+            job_id=job_id,
+            action=OutboxMessage.Action.ENQUEUE,
+            queue=queue,
+            score=dispatch.priority_score(PRIORITY_TIER[priority], enqueued_at),
+        )
+        _notify_relay()
+    log.info("job_handed_back", job_id=job_id, attempt=attempt, reason=reason)
+    return True
+
+
+# --- user actions -------------------------------------------------------------
+
+
+def _conflict(job_id, action: str) -> TransitionNotAllowed | JobNotFound:
+    status = Job.objects.filter(id=job_id).values_list("status", flat=True).first()
+    if status is None:
+        return JobNotFound("no such job")
+    return TransitionNotAllowed(f"cannot {action} a job that is {status}")
+
+
+def cancel_job(job_id, *, reason: str = "cancelled by request") -> Job:
+    """Cancel a queued or running job; its id leaves Redis through the outbox.
+
+    A running handler is not interrupted mid-statement, but its completion is
+    fenced off: the job stays cancelled and its result is not written.
+    Raises TransitionNotAllowed (409) for a finished job.
+    """
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                """
+                UPDATE jobs SET status = 'cancelled', completed_at = now(), worker_id = '',
+                       lease_expires_at = NULL, next_retry_at = NULL
+                 WHERE id = %s AND status IN ('queued', 'processing')
+                RETURNING queue
+                """,
+                [str(job_id)],
+            )
+            row = cursor.fetchone()
+        if row is None:
+            raise _conflict(job_id, "cancel")
+        JobLog.objects.create(job_id=job_id, event="cancelled", message=reason)
+        OutboxMessage.objects.create(job_id=job_id, action=OutboxMessage.Action.REMOVE, queue=row[0])
+        _notify_relay()
+    log.info("job_cancelled", job_id=str(job_id))
+    return Job.objects.get(id=job_id)
+
+
+def retry_job(job_id, *, reason: str = "retried by request") -> Job:
+    """Queue a failed or cancelled job again, with one more attempt allowed.
+
+    Attempts are never reset (they fence stale workers); instead max_attempts
+    rises to at least attempts + 1. Raises TransitionNotAllowed otherwise.
+    """
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                """
+                UPDATE jobs SET status = 'queued', max_attempts = GREATEST(max_attempts, attempts + 1),
+                       next_retry_at = NULL, enqueued_at = now(), completed_at = NULL,
+                       result = NULL, worker_id = '', lease_expires_at = NULL
+                 WHERE id = %s AND status IN ('failed', 'cancelled')
+                RETURNING queue, priority, enqueued_at
+                """,
+                [str(job_id)],
+            )
+            row = cursor.fetchone()
+        if row is None:
+            raise _conflict(job_id, "retry")
+        queue, priority, enqueued_at = row
+        JobLog.objects.create(job_id=job_id, event="retried", message=reason)
+        OutboxMessage.objects.create(
+            job_id=job_id,
+            action=OutboxMessage.Action.ENQUEUE,
+            queue=queue,
+            score=dispatch.priority_score(PRIORITY_TIER[priority], enqueued_at),
+        )
+        _notify_relay()
+    log.info("job_retried", job_id=str(job_id))
+    return Job.objects.get(id=job_id)
+
+
+def reenqueue_job(job_id) -> Job:
+    """Push a queued job's id to Redis again (e.g. after Redis lost it); not a transition."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().filter(id=job_id).first()
+        if job is None:
+            raise JobNotFound("no such job")
+        if job.status != Status.QUEUED:
+            raise TransitionNotAllowed(f"cannot re-enqueue a job that is {job.status}")
+        JobLog.objects.create(job_id=job.id, event="reenqueued", message="pushed to Redis again")
+        OutboxMessage.objects.bulk_create([_ready_intent(job)])
+        _notify_relay()
+    return job

@@ -1,0 +1,49 @@
+"""Probe handlers: each records its executions so tests can count them."""
+
+import os
+import time
+
+from django.utils import timezone
+
+from queue_app.handlers import current_job, job_handler
+from tests.probe.models import Effect, Execution
+
+
+def _started():
+    job = current_job()
+    return Execution.objects.create(job_id=job.id, attempt=job.attempt, pid=os.getpid())
+
+
+@job_handler("probe.run", max_attempts=5)
+def run(payload):
+    """Record the execution, optionally sleep, optionally fail the first N attempts."""
+    execution = _started()
+    time.sleep(float(payload.get("sleep", 0)))
+    if execution.attempt <= int(payload.get("fail_first", 0)):
+        raise RuntimeError(f"failing attempt {execution.attempt}")
+    Execution.objects.filter(pk=execution.pk).update(finished_at=timezone.now())
+    return {"pid": os.getpid()}
+
+
+@job_handler("probe.effect", atomic=True, max_attempts=5)
+def effect(payload):
+    """Write a side effect in the completion transaction (exactly once per completion)."""
+    time.sleep(float(payload.get("sleep", 0)))
+    job = current_job()
+    Effect.objects.create(job_id=job.id, attempt=job.attempt)
+    return {"ok": True}
+
+
+@job_handler("probe.spin", time_limit=1, max_attempts=2)
+def spin(payload):
+    """CPU-bound forever: only the time limit stops it."""
+    _started()
+    while True:
+        pass
+
+
+@job_handler("probe.fail", max_attempts=3, retry_backoff_base=0.2, retry_backoff_max=1)
+def fail(payload):
+    """Always raises, with a short backoff so tests see every attempt."""
+    _started()
+    raise RuntimeError("probe failure")

@@ -1,0 +1,27 @@
+"""Settings for the test suite: the project's settings plus the probe app.
+
+Tests use a Redis database of their own (15 unless REDIS_TEST_DB says
+otherwise), since each test empties it. Worker subprocesses started by tests
+inherit this module through DJANGO_SETTINGS_MODULE.
+"""
+
+import os
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from jobsite.settings import *  # noqa: F403
+from jobsite.settings import CACHES, INSTALLED_APPS, REDIS_URL
+
+
+def _with_db(url: str, db: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        query = dict(parse_qsl(parts.query))
+        query["db"] = db
+        return urlunsplit(parts._replace(query=urlencode(query)))
+    return urlunsplit(parts._replace(path=f"/{db}"))
+
+
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.probe"]
+REDIS_URL = _with_db(REDIS_URL, os.environ.get("REDIS_TEST_DB", "15"))
+CACHES["default"]["LOCATION"] = REDIS_URL
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
