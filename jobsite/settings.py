@@ -162,6 +162,8 @@ REST_FRAMEWORK = {
         "user": os.environ.get("API_THROTTLE_USER") or None,
         "anon": os.environ.get("API_THROTTLE_ANON") or None,
     },
+    # One JSON error shape for every error, QueueError subclasses included.
+    "EXCEPTION_HANDLER": "queue_app.api.errors.exception_handler",
 }
 
 SPECTACULAR_SETTINGS = {

@@ -1,0 +1,1 @@
+"""The REST API: every write goes through queue_app.services."""

@@ -1,0 +1,125 @@
+"""One exception handler: every error the API returns has the same JSON shape.
+
+    {"code": "unknown_type", "detail": "type: 'x' is not a registered job type",
+     "errors": {"type": ["'x' is not a registered job type"]}}
+
+``errors`` names the fields at fault (absent when no field is); bulk
+rejections add ``items``. QueueError subclasses carry their own status and
+code. Database errors caused by input that slipped past validation become
+4xx, never 500.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.db import DataError, IntegrityError
+from django.http import Http404
+from rest_framework import exceptions
+from rest_framework.response import Response
+from rest_framework.views import set_rollback
+
+from queue_app.api.parsers import RequestTooLarge
+from queue_app.exceptions import QueueError
+
+log = structlog.get_logger("queue_app.api")
+
+
+def clean_text(value: str) -> str:
+    """Escape lone surrogates (an echo of bad input) so the response can be encoded."""
+    return value.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def clean(value: Any) -> Any:
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, dict):
+        return {clean_text(str(key)): clean(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean(item) for item in value]
+    return value
+
+
+def first_message(errors: Any, prefix: str = "") -> str:
+    """'field: message' of the first error in a DRF-style error tree."""
+    if isinstance(errors, dict):
+        for key, item in errors.items():
+            name = key if key == "non_field_errors" or not prefix else f"{prefix}.{key}"
+            return first_message(item, name if key != "non_field_errors" else prefix)
+    if isinstance(errors, list):
+        for item in errors:
+            if item:
+                return first_message(item, prefix)
+    text = str(errors)
+    return f"{prefix}: {text}" if prefix else text
+
+
+def error_body(code: str, detail: str, errors: Any = None, **extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"code": code, "detail": detail}
+    if errors:
+        body["errors"] = errors
+    body.update(extra)
+    return clean(body)
+
+
+def queue_error_body(exc: QueueError) -> dict[str, Any]:
+    if exc.field:
+        return error_body(exc.code, f"{exc.field}: {exc.message}", {exc.field: [exc.message]})
+    return error_body(exc.code, exc.message)
+
+
+def _validation_body(exc: exceptions.ValidationError) -> dict[str, Any]:
+    errors = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
+    return error_body("invalid", first_message(errors) or "Invalid input.", errors)
+
+
+def _api_exception_response(exc: exceptions.APIException) -> Response:
+    headers = {}
+    if getattr(exc, "auth_header", None):
+        headers["WWW-Authenticate"] = exc.auth_header
+    if getattr(exc, "wait", None):
+        headers["Retry-After"] = str(int(exc.wait))
+    if isinstance(exc, exceptions.ValidationError):
+        body = _validation_body(exc)
+    else:
+        code = exc.detail.code if isinstance(exc.detail, exceptions.ErrorDetail) else exc.default_code
+        # A bulk rejection lists the jobs at fault.
+        items = getattr(exc, "items", None)
+        body = (
+            error_body(str(code), str(exc.detail), items=items)
+            if items
+            else error_body(str(code), str(exc.detail))
+        )
+    return Response(body, status=exc.status_code, headers=headers)
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """Map an exception to a JSON error response; None lets Django produce a 500."""
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, PermissionDenied):
+        exc = exceptions.PermissionDenied()
+    elif isinstance(exc, RequestDataTooBig):
+        exc = RequestTooLarge()
+
+    if isinstance(exc, QueueError):
+        response = Response(queue_error_body(exc), status=exc.status_code)
+    elif isinstance(exc, exceptions.APIException):
+        response = _api_exception_response(exc)
+    elif isinstance(exc, DataError):
+        # Input the validation missed (e.g. a value out of a column's range).
+        log.warning("api_data_error", error=str(exc))
+        response = Response(
+            error_body("invalid", "A value is out of the range the database accepts."), status=400
+        )
+    elif isinstance(exc, IntegrityError):
+        log.warning("api_integrity_error", error=str(exc))
+        response = Response(error_body("conflict", "The request conflicts with existing data."), status=409)
+    elif isinstance(exc, RecursionError):
+        response = Response(error_body("invalid", "The input is nested too deeply."), status=400)
+    else:
+        return None
+    set_rollback()
+    return response

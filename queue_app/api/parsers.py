@@ -1,0 +1,77 @@
+"""A JSON parser that turns every malformed or hostile body into a 400 or 413, never a 500.
+
+DRF's own parser lets ``RecursionError`` (JSON nested ~1,000 deep) escape as a
+500 and accepts NaN, Infinity and numbers that overflow to infinity, which
+neither PostgreSQL's jsonb nor strict JSON clients accept.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.conf import settings
+from rest_framework.exceptions import APIException, ParseError
+from rest_framework.parsers import BaseParser, get_encoding
+
+from queue_app.conf import queue_settings
+
+# Room for everything around the payload (other fields, escapes, whitespace).
+ENVELOPE_BYTES = 64 * 1024
+
+
+class RequestTooLarge(APIException):
+    status_code = 413
+    default_code = "request_too_large"
+    default_detail = "The request body is too large."
+
+
+def max_body_bytes() -> int:
+    """The larger of Django's upload limit and what one maximal payload needs."""
+    django_limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE or 0
+    return max(django_limit, 2 * queue_settings().MAX_PAYLOAD_BYTES + ENVELOPE_BYTES)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"number {text[:40]} is out of range")
+    return value
+
+
+def loads(text: str) -> Any:
+    """Strict JSON: no NaN/Infinity, no overflowing numbers; depth errors become ParseError."""
+    try:
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise ParseError("JSON parse error - nested too deeply") from None
+    except ValueError as exc:
+        # Also covers integers longer than Python's digit limit.
+        raise ParseError(f"JSON parse error - {exc}") from None
+
+
+class StrictJSONParser(BaseParser):
+    media_type = "application/json"
+
+    def parse(self, stream, media_type=None, parser_context=None) -> Any:
+        parser_context = parser_context or {}
+        limit = max_body_bytes()
+        request = parser_context.get("request")
+        declared = request.META.get("CONTENT_LENGTH") if request is not None else None
+        if declared and declared.isdigit() and int(declared) > limit:
+            raise RequestTooLarge(f"The request body is larger than {limit} bytes.")
+        # Read the stream ourselves (not request.body) so the limit holds without
+        # a Content-Length header too.
+        body = stream.read(limit + 1)
+        if len(body) > limit:
+            raise RequestTooLarge(f"The request body is larger than {limit} bytes.")
+        encoding = get_encoding(parser_context)
+        try:
+            text = body.decode(encoding)
+        except UnicodeDecodeError as exc:
+            raise ParseError(f"JSON parse error - the body is not valid {encoding}: {exc.reason}") from None
+        return loads(text)

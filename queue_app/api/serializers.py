@@ -1,0 +1,324 @@
+"""Request and response shapes of the API.
+
+Input fields are strict about JSON types (DRF would turn ``12`` into ``"12"``
+and ``"5"`` into ``5``). The rules that need the registry or the queue
+settings are the services' own checks, called early so that a bulk request
+can name the item at fault; ``enqueue_jobs`` applies them again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from queue_app.conf import queue_settings
+from queue_app.exceptions import InvalidJob
+from queue_app.handlers import get_handler
+from queue_app.models import Job, JobLog
+from queue_app.payloads import check_json
+from queue_app.services import MAX_ATTEMPTS_LIMIT, JobRequest
+from queue_app.states import Priority, Status
+
+MAX_BULK_JOBS = 1000
+# Far enough for any real schedule, near enough that now + delay is a valid time.
+MAX_DELAY_SECONDS = 100 * 365 * 24 * 3600
+
+
+class StrictCharField(serializers.CharField):
+    """A JSON string only; whitespace is kept (it is part of a key or a name)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class JobTypeField(StrictCharField):
+    """A registered job type; the schema lists the registry (see schema.py)."""
+
+
+class QueueNameField(StrictCharField):
+    """A configured queue; the schema lists the configured names (see schema.py)."""
+
+
+class StrictChoiceField(serializers.ChoiceField):
+    default_error_messages = {"invalid": "Must be a string."}
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictIntegerField(serializers.IntegerField):
+    default_error_messages = {"invalid": "Must be a JSON integer."}
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+@extend_schema_field({"type": "number", "minimum": 0, "maximum": MAX_DELAY_SECONDS})
+class DelaySecondsField(serializers.Field):
+    default_error_messages = {
+        "invalid": "Must be a number of seconds.",
+        "range": f"Must be between 0 and {MAX_DELAY_SECONDS}.",
+    }
+
+    def to_internal_value(self, data: Any) -> float:
+        if isinstance(data, bool) or not isinstance(data, (int, float)):
+            self.fail("invalid")
+        # Compare before converting: float() of a huge integer overflows.
+        if not 0 <= data <= MAX_DELAY_SECONDS:
+            self.fail("range")
+        return float(data)
+
+    def to_representation(self, value: float) -> float:
+        return value
+
+
+@extend_schema_field(OpenApiTypes.DATETIME)
+class OffsetDateTimeField(serializers.Field):
+    """ISO 8601 with a UTC offset: a time without one is ambiguous, so it is refused."""
+
+    default_error_messages = {
+        "invalid": "Must be an ISO 8601 date-time, e.g. 2030-01-31T09:00:00+00:00.",
+        "naive": "Must include a UTC offset (e.g. +00:00 or Z).",
+    }
+
+    def to_internal_value(self, data: Any) -> datetime:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        try:
+            value = parse_datetime(data)
+        except ValueError:
+            value = None
+        if value is None:
+            self.fail("invalid")
+        if timezone.is_naive(value):
+            self.fail("naive")
+        try:
+            return value.astimezone(UTC)
+        except OverflowError:
+            self.fail("invalid")
+
+    def to_representation(self, value: datetime) -> str:
+        return value.isoformat()
+
+
+@extend_schema_field({"type": "object", "additionalProperties": True})
+class PayloadField(serializers.Field):
+    """A JSON object, passed on untouched: size, depth and strings are checked by check_json."""
+
+    default_error_messages = {"invalid": "Must be a JSON object."}
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        if not isinstance(data, dict):
+            self.fail("invalid")
+        return data
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+@extend_schema_field({"nullable": True})
+class ResultField(serializers.Field):
+    """Whatever JSON the handler returned."""
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+class StrictSerializer(serializers.Serializer):
+    """Refuses fields it does not know, so a typo is an error rather than a silent default."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            unknown = sorted(str(name) for name in data if name not in self.fields)
+            if unknown:
+                raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
+        return super().to_internal_value(data)
+
+
+class JobCreateSerializer(StrictSerializer):
+    """A job to run: its type and payload, and optionally when, where and how often to try it."""
+
+    type = JobTypeField(help_text="A registered job type.")
+    payload = PayloadField(required=False, default=dict, help_text="A JSON object (size and depth limited).")
+    priority = StrictChoiceField(choices=Priority.choices, default=Priority.MEDIUM)
+    queue = QueueNameField(default="default", help_text="A configured queue.")
+    max_attempts = StrictIntegerField(
+        min_value=1,
+        max_value=MAX_ATTEMPTS_LIMIT,
+        required=False,
+        allow_null=True,
+        help_text="Defaults to the handler's, then to JOBQUEUE DEFAULT_MAX_ATTEMPTS.",
+    )
+    run_at = OffsetDateTimeField(
+        required=False, allow_null=True, help_text="Earliest start, ISO 8601 with an offset."
+    )
+    delay_seconds = DelaySecondsField(
+        required=False, allow_null=True, help_text="Earliest start, in seconds from now."
+    )
+    idempotency_key = StrictCharField(
+        required=False,
+        allow_null=True,
+        max_length=255,
+        help_text="Or the Idempotency-Key header. A repeat with the same body returns the same job.",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs.get("run_at") is not None and attrs.get("delay_seconds") is not None:
+            message = "Give run_at or delay_seconds, not both."
+            raise serializers.ValidationError({"run_at": [message], "delay_seconds": [message]})
+        # The services' own rules, early: a QueueError (e.g. a 413) propagates as is.
+        settings = queue_settings()
+        get_handler(attrs["type"])
+        if attrs["queue"] not in settings.QUEUES:
+            raise InvalidJob(f"must be one of {', '.join(settings.QUEUES)}", field="queue")
+        check_json(
+            attrs["payload"],
+            field="payload",
+            max_bytes=settings.MAX_PAYLOAD_BYTES,
+            max_depth=settings.MAX_PAYLOAD_DEPTH,
+        )
+        return attrs
+
+    def job_request(self) -> JobRequest:
+        data = self.validated_data
+        run_at = data.get("run_at")
+        if data.get("delay_seconds") is not None:
+            run_at = timezone.now() + timedelta(seconds=data["delay_seconds"])
+        return JobRequest(
+            type=data["type"],
+            payload=data["payload"],
+            priority=data["priority"],
+            queue=data["queue"],
+            run_at=run_at,
+            max_attempts=data.get("max_attempts"),
+            idempotency_key=data.get("idempotency_key"),
+        )
+
+
+class BulkCreateSerializer(StrictSerializer):
+    """Up to 1,000 jobs, created together or not at all."""
+
+    # The view validates the items one by one, to name each one at fault.
+
+    jobs = JobCreateSerializer(many=True, min_length=1, max_length=MAX_BULK_JOBS)
+
+
+class JobSerializer(serializers.ModelSerializer):
+    payload = PayloadField()
+    result = ResultField()
+    logs = serializers.HyperlinkedIdentityField(view_name="job-logs", help_text="The job's log trail.")
+
+    class Meta:
+        model = Job
+        fields = [
+            "id",
+            "type",
+            "queue",
+            "payload",
+            "priority",
+            "status",
+            "attempts",
+            "max_attempts",
+            "next_retry_at",
+            "created_at",
+            "started_at",
+            "completed_at",
+            "last_error",
+            "result",
+            "idempotency_key",
+            "logs",
+        ]
+        read_only_fields = fields
+
+
+class BulkResultSerializer(serializers.Serializer):
+    jobs = JobSerializer(many=True)
+
+
+class JobLogSerializer(serializers.ModelSerializer):
+    extra = PayloadField()
+
+    class Meta:
+        model = JobLog
+        fields = ["id", "created_at", "level", "event", "message", "extra"]
+        read_only_fields = fields
+
+
+# --- documentation-only shapes (the views build these bodies directly) -------
+
+
+class ItemErrorSerializer(serializers.Serializer):
+    index = serializers.IntegerField(help_text="Position of the rejected job in the request.")
+    code = serializers.CharField()
+    detail = serializers.CharField()
+    errors = serializers.DictField(child=serializers.JSONField())
+
+
+class ErrorSerializer(serializers.Serializer):
+    code = serializers.CharField(help_text="Machine-readable, e.g. invalid, unknown_type, conflict.")
+    detail = serializers.CharField(help_text="Human-readable, names the field first when there is one.")
+    errors = serializers.DictField(
+        child=serializers.JSONField(), required=False, help_text="Messages by field name."
+    )
+    items = ItemErrorSerializer(many=True, required=False, help_text="Bulk only: the rejected jobs.")
+
+
+# One integer per status, so the documented shape follows states.py.
+StatusCountsSerializer = type(
+    "StatusCountsSerializer",
+    (serializers.Serializer,),
+    {status: serializers.IntegerField() for status in Status.values},
+)
+
+
+class JobCountsSerializer(serializers.Serializer):
+    total = serializers.IntegerField()
+    by_status = StatusCountsSerializer()
+    by_queue = serializers.DictField(child=StatusCountsSerializer())
+
+
+class RedisDepthSerializer(serializers.Serializer):
+    priority = serializers.IntegerField(help_text="Ready ids in the priority sorted set.")
+    fifo = serializers.IntegerField(help_text="Ready ids in the FIFO list.")
+    retry = serializers.IntegerField(help_text="Ids waiting for their time in the retry set.")
+
+
+class OutboxStatsSerializer(serializers.Serializer):
+    pending = serializers.IntegerField(help_text="Rows not yet relayed to Redis.")
+    oldest_pending_age_seconds = serializers.FloatField(allow_null=True)
+
+
+class StatsSerializer(serializers.Serializer):
+    generated_at = serializers.DateTimeField()
+    jobs = JobCountsSerializer()
+    oldest_queued_age_seconds = serializers.FloatField(
+        allow_null=True, help_text="How long the oldest job that is due has waited."
+    )
+    outbox = OutboxStatsSerializer()
+    redis = serializers.DictField(
+        child=RedisDepthSerializer(), allow_null=True, help_text="By queue; null when Redis does not answer."
+    )
+    redis_error = serializers.CharField(allow_null=True)
+
+
+class HealthSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(choices=["ok", "unavailable"])
+    detail = serializers.CharField(required=False)
+    checks = serializers.DictField(child=serializers.CharField(), help_text='"ok" or the error, by store.')

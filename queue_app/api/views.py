@@ -1,0 +1,346 @@
+"""HTTP endpoints. Every change to a job goes through queue_app.services."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.db.models import QuerySet
+from django.urls import reverse
+from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import APIException
+from rest_framework.permissions import AllowAny, IsAdminUser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from queue_app import services
+from queue_app.api import health, stats
+from queue_app.api.errors import clean, first_message
+from queue_app.api.filters import JobFilter
+from queue_app.api.pagination import JobLogPagination, JobPagination
+from queue_app.api.parsers import StrictJSONParser
+from queue_app.api.serializers import (
+    MAX_BULK_JOBS,
+    BulkCreateSerializer,
+    BulkResultSerializer,
+    ErrorSerializer,
+    HealthSerializer,
+    JobCreateSerializer,
+    JobLogSerializer,
+    JobSerializer,
+    StatsSerializer,
+)
+from queue_app.exceptions import IdempotencyConflict, IdempotencyKeyInUse, QueueError
+from queue_app.models import Job
+from queue_app.services import JobRequest
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+
+def _error(description: str) -> OpenApiResponse:
+    return OpenApiResponse(ErrorSerializer, description=description)
+
+
+AUTH_ERRORS = {
+    401: _error("Not authenticated."),
+    403: _error("Not allowed (e.g. a session request without its CSRF token)."),
+    429: _error("Throttled; see the Retry-After header."),
+}
+NOT_FOUND = {404: _error("No such job, or not yours.")}
+CREATE_ERRORS = {
+    400: _error("Invalid input; `errors` names the fields."),
+    409: _error("The idempotency key belongs to another user's job."),
+    413: _error("The payload or the request body is too large."),
+    415: _error("The body is not application/json."),
+    422: _error("The idempotency key was used with a different request."),
+}
+IDEMPOTENCY_KEY_HEADER = OpenApiParameter(
+    IDEMPOTENCY_HEADER,
+    str,
+    OpenApiParameter.HEADER,
+    required=False,
+    description="Alternative to the idempotency_key field (up to 255 characters).",
+)
+
+
+class BulkRejected(APIException):
+    """Some jobs of a bulk request are invalid: none was created."""
+
+    default_code = "jobs_rejected"
+
+    def __init__(self, items: list[dict[str, Any]], total: int) -> None:
+        self.items = items
+        self.status_code = max(item.pop("status") for item in items)
+        super().__init__(f"Rejected {len(items)} of {total} jobs; none was created.")
+
+
+def _item_error(index: int, status_code: int, code: str, errors: Any) -> dict[str, Any]:
+    return {
+        "index": index,
+        "status": status_code,
+        "code": code,
+        "detail": first_message(errors),
+        "errors": errors,
+    }
+
+
+def _queue_item_error(index: int, exc: QueueError) -> dict[str, Any]:
+    field = exc.field or "non_field_errors"
+    return _item_error(index, exc.status_code, exc.code, {field: [exc.message]})
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="List jobs",
+        description="Your jobs (all jobs for staff), newest first by default, cursor-paginated.",
+        responses={200: JobSerializer(many=True), 400: _error("Invalid filter or cursor."), **AUTH_ERRORS},
+    ),
+    retrieve=extend_schema(summary="Get a job", responses={200: JobSerializer, **NOT_FOUND, **AUTH_ERRORS}),
+)
+class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    serializer_class = JobSerializer
+    parser_classes = [StrictJSONParser]
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = JobFilter
+    pagination_class = JobPagination
+
+    def get_queryset(self) -> QuerySet[Job]:
+        jobs = Job.objects.all()
+        if getattr(self, "swagger_fake_view", False):  # schema generation: no user
+            return jobs.none()
+        if not self.request.user.is_staff:
+            # Another user's job is a 404, so ids do not leak.
+            jobs = jobs.filter(owner=self.request.user)
+        return jobs
+
+    def filter_queryset(self, queryset: QuerySet) -> QuerySet:
+        # Filters are for the list; a detail route ignores the query string.
+        return super().filter_queryset(queryset) if self.action == "list" else queryset
+
+    def _respond_with_job(self, job: Job, status_code: int = status.HTTP_200_OK, **kwargs: Any) -> Response:
+        return Response(
+            JobSerializer(job, context=self.get_serializer_context()).data, status=status_code, **kwargs
+        )
+
+    @extend_schema(
+        summary="Submit a job",
+        request=JobCreateSerializer,
+        parameters=[IDEMPOTENCY_KEY_HEADER],
+        responses={
+            201: OpenApiResponse(JobSerializer, description="Created."),
+            200: OpenApiResponse(JobSerializer, description="The job an earlier request with this key made."),
+            **CREATE_ERRORS,
+            **AUTH_ERRORS,
+        },
+    )
+    def create(self, request: Request) -> Response:
+        serializer = JobCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        job_request = serializer.job_request()
+        job_request.idempotency_key = self._idempotency_key(request, job_request.idempotency_key)
+        job = services.enqueue_jobs([job_request], owner=request.user)[0]
+        if not job.was_created:
+            return self._respond_with_job(job)
+        location = reverse("job-detail", args=[job.pk])
+        return self._respond_with_job(job, status.HTTP_201_CREATED, headers={"Location": location})
+
+    @staticmethod
+    def _idempotency_key(request: Request, body_key: str | None) -> str | None:
+        header_key = request.headers.get(IDEMPOTENCY_HEADER)
+        if header_key is None:
+            return body_key
+        if body_key is not None and body_key != header_key:
+            raise serializers.ValidationError(
+                {"idempotency_key": [f"Differs from the {IDEMPOTENCY_HEADER} header; send one of them."]}
+            )
+        return header_key
+
+    @extend_schema(
+        summary="Submit many jobs at once",
+        description=(
+            f"Up to {MAX_BULK_JOBS} jobs in one transaction: all are created or none is. "
+            "A rejection lists each job at fault in `items`. Status 201 when at least one job "
+            "was created, 200 when every job matched an earlier idempotency key."
+        ),
+        request=BulkCreateSerializer,
+        responses={
+            201: OpenApiResponse(BulkResultSerializer, description="Created, in request order."),
+            200: OpenApiResponse(
+                BulkResultSerializer, description="All were earlier jobs (idempotency keys)."
+            ),
+            **CREATE_ERRORS,
+            **AUTH_ERRORS,
+        },
+    )
+    @action(detail=False, methods=["post"])
+    def bulk(self, request: Request) -> Response:
+        if IDEMPOTENCY_HEADER in request.headers:
+            raise serializers.ValidationError(
+                {"idempotency_key": ["Give each job its own idempotency_key; the header is for single jobs."]}
+            )
+        items = self._bulk_items(request.data)
+        requests, failures = self._validate_items(items)
+        if failures:
+            raise BulkRejected(failures, len(items))
+        try:
+            jobs = services.enqueue_jobs(requests, owner=request.user)
+        except (IdempotencyConflict, IdempotencyKeyInUse) as exc:
+            failures = self._locate_key_errors(requests, request.user)
+            if not failures:  # the other job vanished meanwhile: report the error as it came
+                raise
+            raise BulkRejected(failures, len(items)) from exc
+        created = any(job.was_created for job in jobs)
+        data = {"jobs": JobSerializer(jobs, many=True, context=self.get_serializer_context()).data}
+        return Response(data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+    @staticmethod
+    def _bulk_items(data: Any) -> list[Any]:
+        """The envelope: {"jobs": [...]} with 1..MAX_BULK_JOBS items and nothing else."""
+        if not isinstance(data, dict):
+            raise serializers.ValidationError({"non_field_errors": ["Expected a JSON object."]})
+        unknown = sorted(str(name) for name in data if name != "jobs")
+        if unknown:
+            raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
+        items = data.get("jobs")
+        if not isinstance(items, list) or not 1 <= len(items) <= MAX_BULK_JOBS:
+            raise serializers.ValidationError({"jobs": [f"Must be a list of 1 to {MAX_BULK_JOBS} jobs."]})
+        return items
+
+    @staticmethod
+    def _validate_items(items: list[Any]) -> tuple[list[JobRequest], list[dict[str, Any]]]:
+        requests: list[JobRequest] = []
+        failures: list[dict[str, Any]] = []
+        first_use: dict[str, int] = {}
+        for index, item in enumerate(items):
+            serializer = JobCreateSerializer(data=item)
+            try:
+                if not serializer.is_valid():
+                    failures.append(_item_error(index, 400, "invalid", serializer.errors))
+                    continue
+            except QueueError as exc:
+                failures.append(_queue_item_error(index, exc))
+                continue
+            job_request = serializer.job_request()
+            key = job_request.idempotency_key
+            if key is not None and key in first_use:
+                message = f"Same key as job {first_use[key]} of this request."
+                failures.append(_item_error(index, 400, "invalid", {"idempotency_key": [message]}))
+                continue
+            if key is not None:
+                first_use[key] = index
+            requests.append(job_request)
+        return requests, failures
+
+    @staticmethod
+    def _locate_key_errors(requests: list[JobRequest], owner) -> list[dict[str, Any]]:
+        """Which jobs of a rejected bulk hit a used idempotency key (error path only).
+
+        Each job whose key already exists is submitted alone through the
+        service inside a savepoint that is always rolled back: the service's
+        own rules decide, and nothing is written.
+        """
+        keys = [r.idempotency_key for r in requests if r.idempotency_key]
+        taken = set(Job.objects.filter(idempotency_key__in=keys).values_list("idempotency_key", flat=True))
+        failures = []
+        for index, job_request in enumerate(requests):
+            if job_request.idempotency_key not in taken:
+                continue
+            try:
+                with transaction.atomic():
+                    services.enqueue_jobs([job_request], owner=owner)
+                    transaction.set_rollback(True)
+            except (IdempotencyConflict, IdempotencyKeyInUse) as exc:
+                failures.append(_queue_item_error(index, exc))
+        return failures
+
+    @extend_schema(
+        summary="A job's log trail",
+        description="Every transition and decision, oldest first.",
+        responses={200: JobLogSerializer(many=True), **NOT_FOUND, **AUTH_ERRORS},
+    )
+    @action(detail=True, methods=["get"], pagination_class=JobLogPagination, filterset_class=None)
+    def logs(self, request: Request, pk: str | None = None) -> Response:
+        job = self.get_object()
+        page = self.paginate_queryset(job.logs.all())
+        return self.get_paginated_response(JobLogSerializer(page, many=True).data)
+
+    @extend_schema(
+        summary="Cancel a job",
+        description="Queued or running jobs only; a running handler's result is then discarded.",
+        request=None,
+        responses={
+            200: JobSerializer,
+            **NOT_FOUND,
+            409: _error("The job has already finished."),
+            **AUTH_ERRORS,
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        job = services.cancel_job(self.get_object().pk, reason=f"cancelled by {request.user.get_username()}")
+        return self._respond_with_job(job)
+
+    @extend_schema(
+        summary="Retry a job",
+        description="Failed or cancelled jobs only; it is queued again with one more attempt allowed.",
+        request=None,
+        responses={
+            200: JobSerializer,
+            **NOT_FOUND,
+            409: _error("The job is not failed or cancelled."),
+            **AUTH_ERRORS,
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def retry(self, request: Request, pk: str | None = None) -> Response:
+        job = services.retry_job(self.get_object().pk, reason=f"retried by {request.user.get_username()}")
+        return self._respond_with_job(job)
+
+
+class StatsView(APIView):
+    """System-wide figures: they count every user's jobs, so only staff may read them."""
+
+    permission_classes = [IsAdminUser]
+
+    @extend_schema(
+        summary="Queue statistics (staff)",
+        description=(
+            "Job counts by status and queue (PostgreSQL), ids in each Redis structure, the "
+            "outbox rows not yet relayed, and how long the oldest due job has waited."
+        ),
+        responses={200: StatsSerializer, **AUTH_ERRORS},
+    )
+    def get(self, request: Request) -> Response:
+        return Response(StatsSerializer(stats.collect()).data)
+
+
+class HealthView(APIView):
+    """No authentication and no throttling: load balancers probe it."""
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+    throttle_classes: list = []
+
+    @extend_schema(
+        summary="Health of PostgreSQL and Redis",
+        responses={
+            200: OpenApiResponse(HealthSerializer, description="Both stores answer."),
+            503: OpenApiResponse(HealthSerializer, description="A store does not answer; `detail` names it."),
+        },
+    )
+    def get(self, request: Request) -> Response:
+        checks = health.check_all()
+        failing = [store for store, result in checks.items() if result != "ok"]
+        if not failing:
+            return Response({"status": "ok", "checks": checks})
+        body = {"status": "unavailable", "detail": f"{' and '.join(failing)} not answering", "checks": checks}
+        return Response(clean(body), status=status.HTTP_503_SERVICE_UNAVAILABLE)
