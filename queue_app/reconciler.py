@@ -1,0 +1,422 @@
+"""The reconciler: make Redis agree with PostgreSQL.
+
+PostgreSQL is the record and Redis only says what should happen next, so
+Redis can always be rebuilt from PostgreSQL. One run, in this order:
+
+1. rescue: ``processing`` jobs whose lease expired (their worker died) go back
+   to ``queued`` with a backoff, or to ``failed`` when no attempt is left
+   (``services.rescue_expired_leases``; their outbox rows reach Redis through
+   the relay);
+2. prune: ids in any structure of a configured queue whose job is missing, no
+   longer queued, or belongs elsewhere are removed (before restoring, so the
+   scan does not walk the ids this run is about to add);
+3. restore: queued jobs in no Redis structure are re-added: due ones to the
+   ready structure (priority score, or FIFO position in enqueue order),
+   waiting ones to the retry set.
+
+It writes Redis directly through ``dispatch`` (a repair, not an intent, so
+no outbox row) and works in batches: keyset pages of queued jobs, pipelined
+membership look-ups, chunked scans. Memory stays flat however many jobs
+there are.
+
+Never racing the relay: a job with an undispatched outbox row belongs to the
+relay, which will put it right; the reconciler skips it in both directions.
+A job's status and its outbox rows are read in one statement, and the relay
+writes Redis before it marks a row dispatched, so "dispatched" in our
+snapshot means Redis already had it. Duplicates the remaining races produce
+are harmless: a worker claims by compare-and-set and drops the rest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+
+import redis
+import structlog
+from django.db import DatabaseError, connection
+
+from queue_app import dispatch, services
+from queue_app.conf import queue_settings
+from queue_app.outages import OutageGuard
+from queue_app.states import PRIORITY_TIER, Status
+
+log = structlog.get_logger("queue_app.reconciler")
+
+# Counted actions, in summary order.
+RESTORED_READY = "restored_ready"
+RESTORED_RETRY = "restored_retry"
+REMOVED_STALE = "removed_stale"
+REQUEUED_EXPIRED = "requeued_expired"
+FAILED_EXPIRED = "failed_expired"
+SKIPPED_RELAY = "skipped_relay_pending"
+SKIPPED_GRACE = "skipped_grace"
+SKIPPED_UNKNOWN_QUEUE = "skipped_unknown_queue"
+ACTIONS = (
+    RESTORED_READY,
+    RESTORED_RETRY,
+    REMOVED_STALE,
+    REQUEUED_EXPIRED,
+    FAILED_EXPIRED,
+    SKIPPED_RELAY,
+    SKIPPED_GRACE,
+    SKIPPED_UNKNOWN_QUEUE,
+)
+
+# How a dry run describes each change it would make.
+_WOULD = {
+    RESTORED_READY: "restore to the ready structure",
+    RESTORED_RETRY: "restore to the retry set",
+    REMOVED_STALE: "remove a stale id",
+    REQUEUED_EXPIRED: "requeue (lease expired)",
+    FAILED_EXPIRED: "fail (lease expired, no attempt left)",
+}
+
+# One keyset page of queued jobs, with what the grace rules need. The inner
+# LIMIT runs first, so the outbox look-up (by its job_id index) is made only
+# for the rows of this page.
+_QUEUED_PAGE_SQL = """
+SELECT j.id::text, j.queue, j.priority, j.enqueued_at, j.next_retry_at,
+       j.next_retry_at IS NULL OR j.next_retry_at <= now() AS due,
+       coalesce(o.pending, false) AS relay_pending,
+       coalesce(j.next_retry_at > now() - make_interval(secs => %(grace)s) AND j.next_retry_at <= now(),
+                false)
+         OR coalesce(o.last_dispatched > now() - make_interval(secs => %(grace)s), false) AS recent
+  FROM (SELECT id, queue, priority, enqueued_at, next_retry_at
+          FROM jobs
+         WHERE status = 'queued' {after}
+         ORDER BY id
+         LIMIT %(limit)s) AS j
+  LEFT JOIN LATERAL (
+       SELECT bool_or(dispatched_at IS NULL) AS pending, max(dispatched_at) AS last_dispatched
+         FROM job_outbox
+        WHERE job_id = j.id) AS o ON true
+ ORDER BY j.id
+"""
+
+_KNOWN_IDS_SQL = """
+SELECT j.id::text, j.status, j.queue,
+       EXISTS (SELECT 1 FROM job_outbox o WHERE o.job_id = j.id AND o.dispatched_at IS NULL)
+  FROM jobs j
+ WHERE j.id = ANY(%s::uuid[])
+"""
+
+_EXPIRED_PAGE_SQL = """
+SELECT id::text, attempts, max_attempts
+  FROM jobs
+ WHERE status = 'processing' AND lease_expires_at < now() {after}
+ ORDER BY id
+ LIMIT %(limit)s
+"""
+
+
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def _canonical_id(value: str) -> str | None:
+    """The id as PostgreSQL prints it, or None when it cannot name a job (garbage in Redis)."""
+    if _CANONICAL_UUID.fullmatch(value):
+        return value  # the fast path: every id the system itself writes
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    id: str
+    queue: str
+    priority: str
+    enqueued_at: datetime
+    next_retry_at: datetime | None
+    due: bool
+    relay_pending: bool
+    recent: bool
+
+
+@dataclass(frozen=True)
+class RunReport:
+    counts: Counter
+    dry_run: bool
+    seconds: float
+
+    def summary(self) -> str:
+        """One line, stable keys: what one run did (or, in a dry run, would do)."""
+        counts = " ".join(f"{action}={self.counts[action]}" for action in ACTIONS)
+        prefix = "reconcile dry run (nothing changed):" if self.dry_run else "reconcile:"
+        return f"{prefix} {counts} seconds={self.seconds:.2f}"
+
+
+class Reconciler:
+    """Makes Redis agree with PostgreSQL; ``run_once`` for one pass, ``run_forever`` to keep at it."""
+
+    def __init__(
+        self,
+        *,
+        dry_run: bool = False,
+        batch_size: int | None = None,
+        grace_seconds: float | None = None,
+        report: Callable[[str], None] | None = None,
+    ) -> None:
+        settings = queue_settings()
+        self.dry_run = dry_run
+        self.batch_size = batch_size or settings.RECONCILE_BATCH_SIZE
+        self.grace_seconds = settings.RECONCILE_GRACE_SECONDS if grace_seconds is None else grace_seconds
+        self.queues = dict(settings.QUEUES)
+        # Where the run summary (and, in a dry run, each would-be change) is written.
+        self.report = report or (lambda line: None)
+        # Ids per Lua call stay well below Lua's unpack() limit (about 8000).
+        self._script_chunk = min(self.batch_size, 1000)
+        self._stop = threading.Event()
+        self._counts: Counter = Counter()
+
+    def stop(self) -> None:
+        """Finish the current batch, then return (safe from a signal handler)."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    # --- running -------------------------------------------------------------
+
+    def run_once(self) -> RunReport:
+        """One full pass; raises the store's error if PostgreSQL or Redis fails mid-way."""
+        started = time.monotonic()
+        self._counts = Counter()
+        client = dispatch.get_client()
+        self._rescue_expired_leases()
+        self._prune_stale_ids(client)
+        self._restore_missing(client)
+        result = RunReport(counts=self._counts, dry_run=self.dry_run, seconds=time.monotonic() - started)
+        log.info(
+            "reconcile_finished",
+            dry_run=self.dry_run,
+            seconds=round(result.seconds, 3),
+            **{action: self._counts[action] for action in ACTIONS},
+        )
+        self.report(result.summary())
+        return result
+
+    def run_forever(self, interval: float) -> None:
+        """Run every ``interval`` seconds until stopped, riding out store outages.
+
+        A failed run is retried with a backoff capped at the interval, logged at
+        most once per interval while the outage lasts, and the loop resumes by
+        itself when the store answers again.
+        """
+        guard = OutageGuard("reconciler", max_backoff=interval, log_every=interval)
+        log.info("reconciler_started", interval=interval, dry_run=self.dry_run, batch_size=self.batch_size)
+        while not self.stopping:
+            try:
+                self.run_once()
+                guard.recovered()
+            except guard.errors as exc:
+                if isinstance(exc, DatabaseError):
+                    # A broken connection goes back to the pool, which discards it.
+                    connection.close()
+                guard.failed(exc, sleep=self._stop.wait)
+                continue
+            self._stop.wait(interval)
+        log.info("reconciler_stopped")
+
+    # --- 1. expired leases -----------------------------------------------------
+
+    def _rescue_expired_leases(self) -> None:
+        if self.dry_run:
+            for page in self._pages(_EXPIRED_PAGE_SQL, {}):
+                for job_id, attempts, max_attempts in page:
+                    action = REQUEUED_EXPIRED if attempts < max_attempts else FAILED_EXPIRED
+                    self._record(action, job_id=job_id, attempt=attempts)
+            return
+        while not self.stopping:
+            # Each batch is one transaction (SKIP LOCKED, so two reconcilers share the work).
+            rows = services.rescue_expired_leases(limit=self.batch_size)
+            for job_id, status, attempts, *_ in rows:
+                action = REQUEUED_EXPIRED if status == Status.QUEUED else FAILED_EXPIRED
+                self._record(action, job_id=str(job_id), attempt=attempts)
+            if len(rows) < self.batch_size:
+                return
+
+    # --- 2. stale ids ------------------------------------------------------------
+
+    def _prune_stale_ids(self, client: redis.Redis) -> None:
+        # A race, not a loss: a job read here as not queued may be queued again and
+        # re-pushed by the relay before the removal lands. That leaves a queued job
+        # missing from Redis; the next run's restore re-adds it (after the grace).
+        for queue, fifo in self.queues.items():
+            structures = (
+                ("priority", dispatch.priority_key(queue), not fifo),
+                ("fifo", dispatch.fifo_key(queue), fifo),
+                ("retry", dispatch.retry_key(queue), True),
+            )
+            for structure, key, expected in structures:
+                if self.stopping:
+                    return
+
+                def pick(ids, queue=queue, structure=structure, expected=expected):
+                    return self._stale(ids, queue=queue, structure=structure, expected=expected)
+
+                prune = dispatch.prune_list if structure == "fifo" else dispatch.prune_sorted_set
+                prune(client, key, pick, chunk=self.batch_size, remove=not self.dry_run)
+
+    def _stale(self, ids: list[str], *, queue: str, structure: str, expected: bool) -> list[str]:
+        """The ids among ``ids`` (found in ``structure`` of ``queue``) that must go."""
+        valid = {value: _canonical_id(value) for value in ids}
+        with connection.cursor() as cursor:
+            cursor.execute(_KNOWN_IDS_SQL, [list({job_id for job_id in valid.values() if job_id})])
+            known = {row[0]: row[1:] for row in cursor.fetchall()}
+        doomed = []
+        for value in dict.fromkeys(ids):
+            row = known.get(valid[value]) if valid[value] else None
+            if row is None:
+                reason, status = "missing", None
+            else:
+                status, job_queue, relay_pending = row
+                if relay_pending:
+                    # The relay's pending row (a cancel's remove, a retry's schedule)
+                    # will set this id right; removing it now could undo the relay.
+                    self._skip(SKIPPED_RELAY, job_id=value, queue=queue, structure=structure)
+                    continue
+                if status != Status.QUEUED:
+                    reason = "not_queued"
+                elif job_queue != queue:
+                    reason = "wrong_queue"
+                elif not expected:
+                    reason = "wrong_structure"
+                else:
+                    continue
+            doomed.append(value)
+            self._record(
+                REMOVED_STALE, job_id=value, queue=queue, structure=structure, reason=reason, status=status
+            )
+        return doomed
+
+    # --- 3. missing ids ------------------------------------------------------------
+
+    def _restore_missing(self, client: redis.Redis) -> None:
+        token = uuid.uuid4().hex
+        fifo_queues = [queue for queue, fifo in self.queues.items() if fifo]
+        try:
+            # A set copy of each FIFO list makes membership O(1) per id (LPOS is O(N)).
+            # A dry run creates it too, and deletes it below: no net change.
+            for queue in fifo_queues:
+                dispatch.snapshot_list(
+                    client,
+                    dispatch.fifo_key(queue),
+                    dispatch.reconcile_members_key(queue, token),
+                    chunk=self._script_chunk,
+                )
+            for page in self._pages(_QUEUED_PAGE_SQL, {"grace": self.grace_seconds}):
+                self._restore_page(client, [QueuedJob(*row) for row in page], token)
+            if not self.dry_run:
+                # A crash before or during this leaves the rest of the staged ids only
+                # in the staging key, which expires; the next run finds those jobs
+                # missing and stages them again.
+                for queue in fifo_queues:
+                    dispatch.release_staged(client, queue, token, chunk=self._script_chunk)
+        finally:
+            with contextlib.suppress(redis.RedisError):
+                for queue in fifo_queues:
+                    dispatch.discard_reconcile_keys(client, queue, token)
+
+    def _restore_page(self, client: redis.Redis, jobs: list[QueuedJob], token: str) -> None:
+        known = [job for job in jobs if job.queue in self.queues]
+        for job in jobs:
+            if job.queue not in self.queues:
+                self._skip(SKIPPED_UNKNOWN_QUEUE, job_id=job.id, queue=job.queue, level="warning")
+        due = [job for job in known if job.due]
+        lookups = [
+            dispatch.Lookup(dispatch.retry_key(queue), [j.id for j in known if j.queue == queue])
+            for queue in self.queues
+        ]
+        for queue, fifo in self.queues.items():
+            ids = [j.id for j in due if j.queue == queue]
+            if fifo:
+                lookups.append(
+                    dispatch.Lookup(dispatch.reconcile_members_key(queue, token), ids, sorted_set=False)
+                )
+            else:
+                lookups.append(dispatch.Lookup(dispatch.priority_key(queue), ids))
+        present: set[str] = set()
+        for lookup, answers in zip(lookups, dispatch.contains(client, lookups), strict=True):
+            present.update(job_id for job_id, member in zip(lookup.ids, answers, strict=True) if member)
+
+        intents = []
+        for job in known:
+            # A due job waiting in the retry set counts as present: a worker's
+            # promotion moves it to the ready structure.
+            if job.id in present:
+                continue
+            if job.relay_pending:
+                # The relay will push it (its row is undispatched); adding it here too
+                # would only race the relay.
+                self._skip(SKIPPED_RELAY, job_id=job.id, queue=job.queue)
+                continue
+            if job.recent:
+                # Within the grace window the job may be in flight rather than lost:
+                # just promoted (take_due removed it from the retry set and the push
+                # to the ready structure follows), or just dispatched and popped by a
+                # worker whose claim is not committed yet, or pushed to a FIFO list
+                # after our snapshot. Re-adding would only make a duplicate; if it is
+                # really lost, the first run after the grace restores it.
+                self._skip(SKIPPED_GRACE, job_id=job.id, queue=job.queue)
+                continue
+            intents.append(self._restore_intent(job))
+        if intents and not self.dry_run:
+            # A crash between the PostgreSQL page and this write restores nothing of
+            # the page; the next run finds the same jobs missing and restores them.
+            dispatch.restore(client, intents, staging_token=token)
+
+    def _restore_intent(self, job: QueuedJob) -> dispatch.Intent:
+        fifo = self.queues[job.queue]
+        if not job.due:
+            score = dispatch.due_score(job.next_retry_at)
+            self._record(RESTORED_RETRY, job_id=job.id, queue=job.queue, structure="retry", score=score)
+            return dispatch.Intent("schedule", job.id, job.queue, fifo, score)
+        if fifo:
+            score = dispatch.enqueue_order_score(job.enqueued_at)
+            structure = "fifo"
+        else:
+            score = dispatch.priority_score(PRIORITY_TIER[job.priority], job.enqueued_at)
+            structure = "priority"
+        self._record(RESTORED_READY, job_id=job.id, queue=job.queue, structure=structure, score=score)
+        return dispatch.Intent("enqueue", job.id, job.queue, fifo, score)
+
+    # --- helpers ---------------------------------------------------------------------
+
+    def _pages(self, sql: str, params: dict) -> Iterator[list[tuple]]:
+        """Keyset pagination by job id (the first column): each page is one short
+        statement, so no snapshot is held for the whole run."""
+        after = None
+        while not self.stopping:
+            condition = "AND id > %(after)s" if after is not None else ""
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    sql.format(after=condition), {**params, "after": after, "limit": self.batch_size}
+                )
+                rows = cursor.fetchall()
+            if rows:
+                yield rows
+            if len(rows) < self.batch_size:
+                return
+            after = rows[-1][0]
+
+    def _record(self, action: str, **fields) -> None:
+        self._counts[action] += 1
+        log.info(f"reconcile_{action}", dry_run=self.dry_run, **fields)
+        if self.dry_run:
+            details = " ".join(f"{name}={value}" for name, value in fields.items() if value is not None)
+            self.report(f"would {_WOULD[action]}: {details}")
+
+    def _skip(self, action: str, *, level: str = "debug", **fields) -> None:
+        self._counts[action] += 1
+        getattr(log, level)(f"reconcile_{action}", dry_run=self.dry_run, **fields)

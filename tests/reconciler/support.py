@@ -1,0 +1,83 @@
+"""Helpers for the reconciler tests: seeding jobs, backdating the relay, reading stores."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.db import connection
+from django.utils import timezone
+
+from queue_app import dispatch, services
+from queue_app.models import Job
+from queue_app.services import JobRequest
+
+QUEUES = {"default": False, "bulk": True}
+
+
+def enqueue(count: int, **fields) -> list[Job]:
+    """Create ``count`` probe jobs through the service layer."""
+    return services.enqueue_jobs([JobRequest(type="probe.run", **fields) for _ in range(count)])
+
+
+def mark_relayed(*, seconds_ago: float = 3600) -> None:
+    """As if the relay had dispatched every pending outbox row that long ago."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE job_outbox SET dispatched_at = now() - make_interval(secs => %s) "
+            "WHERE dispatched_at IS NULL",
+            [seconds_ago],
+        )
+
+
+def set_fields(job_ids, **values) -> None:
+    """Test set-up only: put rows into a state no service call reaches quickly."""
+    Job.objects.filter(id__in=list(job_ids)).update(**values)
+
+
+def expected_place(job: Job, fifo: bool) -> tuple[str, float | None]:
+    """(key, score) where a queued job belongs; FIFO list entries have no score."""
+    job.refresh_from_db()
+    if job.next_retry_at is not None and job.next_retry_at > timezone.now():
+        return dispatch.retry_key(job.queue), dispatch.due_score(job.next_retry_at)
+    if fifo:
+        return dispatch.fifo_key(job.queue), None
+    from queue_app.states import PRIORITY_TIER
+
+    return dispatch.priority_key(job.queue), dispatch.priority_score(
+        PRIORITY_TIER[job.priority], job.enqueued_at
+    )
+
+
+def redis_state(client) -> dict:
+    """Every key of the test database with its full contents (order kept for lists)."""
+    state = {}
+    for key in sorted(client.keys("*")):
+        kind = client.type(key)
+        if kind == "zset":
+            state[key] = client.zrange(key, 0, -1, withscores=True)
+        elif kind == "list":
+            state[key] = client.lrange(key, 0, -1)
+        elif kind == "set":
+            state[key] = sorted(client.smembers(key))
+        else:
+            state[key] = client.dump(key)
+    return state
+
+
+def database_state() -> dict:
+    """Jobs, log rows and outbox rows, compared whole."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id, status, attempts, next_retry_at, enqueued_at, lease_expires_at, worker_id "
+            "FROM jobs ORDER BY id"
+        )
+        jobs = cursor.fetchall()
+        cursor.execute("SELECT job_id, event FROM job_logs ORDER BY id")
+        logs = cursor.fetchall()
+        cursor.execute("SELECT job_id, action, score, dispatched_at FROM job_outbox ORDER BY id")
+        outbox = cursor.fetchall()
+    return {"jobs": jobs, "logs": logs, "outbox": outbox}
+
+
+def ago(seconds: float):
+    return timezone.now() - timedelta(seconds=seconds)

@@ -1,0 +1,166 @@
+"""Restore: queued jobs missing from Redis go back to the right structure with the right score."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from queue_app import dispatch
+from queue_app.models import Job
+from queue_app.reconciler import Reconciler
+from queue_app.states import Priority
+from tests.reconciler.support import QUEUES, enqueue, expected_place, mark_relayed, set_fields
+
+pytestmark = pytest.mark.django_db
+
+
+def seed_thousand() -> list[Job]:
+    """1,000 queued jobs: both queues, every tier, a quarter scheduled, some due after a retry."""
+    later = timezone.now() + timedelta(hours=1)
+    jobs = []
+    for priority in Priority.values:
+        jobs += enqueue(200, priority=priority)
+        jobs += enqueue(50, priority=priority, run_at=later)
+        jobs += enqueue(50, priority=priority, queue="bulk")
+    jobs += enqueue(100, queue="bulk", run_at=later)
+    assert len(jobs) == 1000
+    # Due again after a retry backoff that ended an hour ago (not just now).
+    set_fields([j.id for j in jobs[:40]], next_retry_at=timezone.now() - timedelta(hours=1))
+    # Distinct enqueue times for the FIFO jobs, so their order is checkable.
+    for offset, job in enumerate(j for j in jobs if j.queue == "bulk"):
+        set_fields([job.id], enqueued_at=timezone.now() - timedelta(minutes=30, seconds=offset))
+    mark_relayed()
+    return jobs
+
+
+def test_one_run_restores_every_queued_job_after_redis_is_flushed(redis_client):
+    jobs = seed_thousand()
+    redis_client.flushdb()
+
+    report = Reconciler(batch_size=64).run_once()
+
+    scheduled = [j for j in jobs if j.next_retry_at is not None and j.next_retry_at > timezone.now()]
+    assert report.counts["restored_retry"] == len(scheduled) == 250
+    assert report.counts["restored_ready"] == 750
+    assert report.counts["removed_stale"] == 0
+    for job in jobs:
+        key, score = expected_place(job, QUEUES[job.queue])
+        if score is None:
+            assert redis_client.lpos(key, str(job.id)) is not None, job
+        else:
+            assert redis_client.zscore(key, str(job.id)) == score, job
+    # Each job exactly once, in exactly one structure.
+    depths = dispatch.depths(redis_client, list(QUEUES.items()))
+    assert depths == {
+        "default": {"priority": 600, "fifo": 0, "retry": 150},
+        "bulk": {"priority": 0, "fifo": 150, "retry": 100},
+    }
+    # The FIFO list is rebuilt in enqueue order, not in id order.
+    fifo_due = Job.objects.filter(queue="bulk", next_retry_at__isnull=True).order_by("enqueued_at", "id")
+    assert redis_client.lrange(dispatch.fifo_key("bulk"), 0, -1) == [
+        str(pk) for pk in fifo_due.values_list("id", flat=True)
+    ]
+    # The run's temporary keys are gone.
+    assert not redis_client.keys("*reconcile*")
+
+
+def test_a_second_run_finds_nothing_to_do(redis_client):
+    seed_thousand()
+    redis_client.flushdb()
+    Reconciler(batch_size=100).run_once()
+    before = {key: redis_client.dump(key) for key in redis_client.keys("*")}
+
+    report = Reconciler(batch_size=100).run_once()
+
+    assert sum(report.counts.values()) == 0
+    assert {key: redis_client.dump(key) for key in redis_client.keys("*")} == before
+
+
+def test_partial_loss_restores_only_what_is_missing_and_keeps_fifo_survivors_first(redis_client):
+    kept_ready, lost_ready = enqueue(3), enqueue(3)
+    fifo_kept, fifo_lost = enqueue(2, queue="bulk"), enqueue(3, queue="bulk")
+    for offset, job in enumerate(fifo_kept + fifo_lost):
+        set_fields([job.id], enqueued_at=timezone.now() - timedelta(minutes=10, seconds=-offset))
+    mark_relayed()
+    for job in kept_ready:
+        redis_client.zadd(dispatch.priority_key("default"), {str(job.id): 1.0})  # a wrong score stays
+    survivors = [str(fifo_kept[1].id), str(fifo_kept[0].id)]  # the survivors' order is Redis's
+    redis_client.rpush(dispatch.fifo_key("bulk"), *survivors)
+
+    report = Reconciler(batch_size=2).run_once()
+
+    assert report.counts["restored_ready"] == 6
+    assert all(redis_client.zscore(dispatch.priority_key("default"), str(j.id)) == 1.0 for j in kept_ready)
+    for job in lost_ready:
+        assert (
+            redis_client.zscore(dispatch.priority_key("default"), str(job.id))
+            == expected_place(job, False)[1]
+        )
+    assert redis_client.lrange(dispatch.fifo_key("bulk"), 0, -1) == survivors + [str(j.id) for j in fifo_lost]
+
+
+def test_a_due_job_still_in_the_retry_set_counts_as_present(redis_client):
+    (job,) = enqueue(1)
+    set_fields([job.id], next_retry_at=timezone.now() - timedelta(hours=1))
+    mark_relayed()
+    redis_client.zadd(dispatch.retry_key("default"), {str(job.id): 1.0})  # awaiting promotion
+
+    report = Reconciler().run_once()
+
+    assert report.counts["restored_ready"] == 0
+    assert redis_client.zcard(dispatch.priority_key("default")) == 0
+
+
+def test_jobs_whose_outbox_row_is_undispatched_are_left_to_the_relay(redis_client):
+    pending = enqueue(2) + enqueue(1, run_at=timezone.now() + timedelta(hours=1))  # relay not run
+
+    report = Reconciler().run_once()
+
+    assert report.counts["skipped_relay_pending"] == 3
+    assert report.counts["restored_ready"] == report.counts["restored_retry"] == 0
+    assert redis_client.dbsize() == 0
+    assert len(pending) == 3
+
+
+def test_grace_skips_jobs_the_relay_or_a_promotion_just_touched(redis_client):
+    just_dispatched = enqueue(1)
+    mark_relayed(seconds_ago=2)  # within the 30 s grace: perhaps popped, claim in flight
+    just_due = enqueue(1)
+    set_fields([just_due[0].id], next_retry_at=timezone.now() - timedelta(seconds=2))  # promotion in flight
+    long_lost = enqueue(1)
+    mark_relayed(seconds_ago=3600)
+
+    report = Reconciler().run_once()
+
+    assert report.counts["skipped_grace"] == 2
+    assert report.counts["restored_ready"] == 1
+    assert redis_client.zrange(dispatch.priority_key("default"), 0, -1) == [str(long_lost[0].id)]
+    assert just_dispatched and just_due
+
+    # After the grace they are restored too.
+    report = Reconciler(grace_seconds=1).run_once()
+    assert report.counts["restored_ready"] == 2
+    assert redis_client.zcard(dispatch.priority_key("default")) == 3
+
+
+def test_jobs_of_an_unconfigured_queue_are_counted_and_left(redis_client, queue_config):
+    enqueue(1, queue="bulk")
+    mark_relayed()
+    queue_config(QUEUES={"default": False})
+
+    report = Reconciler().run_once()
+
+    assert report.counts["skipped_unknown_queue"] == 1
+    assert redis_client.dbsize() == 0
+
+
+def test_summary_line_has_every_count():
+    enqueue(2)
+    mark_relayed()
+
+    report = Reconciler().run_once()
+
+    assert report.summary().startswith(
+        "reconcile: restored_ready=2 restored_retry=0 removed_stale=0 requeued_expired=0 "
+        "failed_expired=0 skipped_relay_pending=0 skipped_grace=0 skipped_unknown_queue=0 seconds="
+    )
