@@ -1,0 +1,439 @@
+"""The admin: the queryable history of jobs, their log trails and the outbox.
+
+Read-mostly: no form writes job state. The actions (cancel, retry,
+re-enqueue) call the same services as the API, one job at a time, and say
+how many jobs changed and how many were skipped. Every list stays fast at a
+million jobs: counts stop early (see pagination.py), filter choices come from
+the handler registry and settings instead of the table, a search for an id
+is an index lookup, and the date hierarchy reads only the table's first and
+last dates.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from datetime import timedelta
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db.models import F, QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+
+from queue_app import dashboard, services
+from queue_app.conf import queue_settings
+from queue_app.exceptions import JobNotFound, TransitionNotAllowed
+from queue_app.handlers import registered_types
+from queue_app.models import Job, JobLog, OutboxMessage
+from queue_app.pagination import EstimatedCountPaginator
+from queue_app.search import ILike, full_id, job_search_filter, search_words, words_pattern
+
+EXCERPT_LENGTH = 80
+DASHBOARD_REFRESH_SECONDS = 10
+
+
+# --- display helpers -------------------------------------------------------------
+
+
+def status_badge(status: str) -> str:
+    return format_html('<span class="job-status job-status-{}">{}</span>', status, status)
+
+
+def short_id(value: uuid.UUID | str) -> str:
+    return str(value)[:8]
+
+
+def link_to_job(job_id: uuid.UUID) -> str:
+    return format_html(
+        '<a href="{}" title="{}"><code>{}</code></a>',
+        reverse("admin:queue_app_job_change", args=[job_id]),
+        job_id,
+        short_id(job_id),
+    )
+
+
+def human_duration(delta: timedelta | None) -> str:
+    if delta is None:
+        return "-"
+    seconds = max(delta.total_seconds(), 0)
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{seconds // 60:.0f} min {seconds % 60:.0f} s"
+    if seconds < 86400:
+        return f"{seconds // 3600:.0f} h {seconds % 3600 // 60:.0f} min"
+    return f"{seconds // 86400:.0f} d {seconds % 86400 // 3600:.0f} h"
+
+
+def pretty_json(value) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def excerpt(text: str, length: int = EXCERPT_LENGTH) -> str:
+    first_line = text.strip().splitlines()[0] if text.strip() else ""
+    if len(first_line) > length or first_line != text.strip():
+        return first_line[: length - 1].rstrip() + "…"
+    return first_line
+
+
+# --- filters (choices never read the table) -------------------------------------------
+
+
+class JobTypeFilter(admin.SimpleListFilter):
+    """Choices from the handler registry: listing the types in the table would scan it."""
+
+    title = "type"
+    parameter_name = "type"
+
+    def lookups(self, request, model_admin):
+        names = registered_types()
+        if self.value() and self.value() not in names:
+            names = [*names, self.value()]
+        return [(name, name) for name in names]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(type=self.value()) if self.value() else queryset
+
+
+class QueueFilter(admin.SimpleListFilter):
+    """Choices from JOBQUEUE['QUEUES'], not from a DISTINCT over the table."""
+
+    title = "queue"
+    parameter_name = "queue"
+
+    def lookups(self, request, model_admin):
+        names = list(queue_settings().QUEUES)
+        if self.value() and self.value() not in names:
+            names.append(self.value())
+        return [(name, name) for name in names]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(queue=self.value()) if self.value() else queryset
+
+
+class OutboxStateFilter(admin.SimpleListFilter):
+    """Pending vs dispatched: each side is served by its own partial index."""
+
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request, model_admin):
+        return [("pending", "pending"), ("dispatched", "dispatched")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "pending":
+            return queryset.filter(dispatched_at__isnull=True)
+        if self.value() == "dispatched":
+            return queryset.filter(dispatched_at__isnull=False)
+        return queryset
+
+
+# --- shared admin behaviour ------------------------------------------------------------
+
+
+class HistoryAdmin(admin.ModelAdmin):
+    """A list that never counts the whole table and never writes through a form."""
+
+    paginator = EstimatedCountPaginator
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+    list_per_page = 100
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        # Change permission guards the actions (asked without an object); a
+        # single row is never saved from a form, so its page is read-only.
+        return obj is None and super().has_change_permission(request)
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in self.model._meta.fields] + list(self.readonly_fields)
+
+
+class JobLogInline(admin.TabularInline):
+    """The job's trail, oldest first, read-only."""
+
+    model = JobLog
+    fields = ("created_at", "level", "event", "message", "extra")
+    readonly_fields = fields
+    ordering = ("created_at", "id")
+    extra = 0
+    max_num = 0
+    can_delete = False
+    show_change_link = False
+    verbose_name = "log entry"
+    verbose_name_plural = "log trail"
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        # The trail is part of the job's history: whoever may see the job sees it.
+        return request.user.has_perm("queue_app.view_job") or request.user.has_perm("queue_app.change_job")
+
+
+# --- jobs ---------------------------------------------------------------------------------
+
+
+@admin.register(Job)
+class JobAdmin(HistoryAdmin):
+    list_display = (
+        "short_id",
+        "type",
+        "queue",
+        "status_badge",
+        "priority",
+        "attempts_of_max",
+        "created_at",
+        "duration",
+        "error_excerpt",
+    )
+    list_display_links = ("short_id",)
+    # Only columns an index can order: sorting a million rows by anything else is a full sort.
+    sortable_by = ("short_id", "type", "status_badge", "created_at")
+    list_filter = (
+        "status",
+        JobTypeFilter,
+        QueueFilter,
+        "priority",
+        ("created_at", admin.DateFieldListFilter),
+    )
+    # Matched by job_search_filter (not Django's icontains on each field).
+    search_fields = ("id", "type", "idempotency_key", "last_error")
+    search_help_text = (
+        "Whole job ids (spaces or commas between), the first 8+ characters of one, an idempotency key,"
+        " a job type, or words of the last error in their order."
+    )
+    date_hierarchy = "created_at"
+    ordering = ("-created_at",)
+    inlines = (JobLogInline,)
+    actions = ("cancel_selected", "retry_selected", "reenqueue_selected")
+    readonly_fields = (
+        "status_badge",
+        "attempts_of_max",
+        "duration",
+        "payload_json",
+        "result_json",
+        "error_text",
+    )
+    fieldsets = (
+        (None, {"fields": ("id", "type", "queue", "priority", "status_badge", "owner")}),
+        ("Attempts", {"fields": ("attempts_of_max", "worker_id", "lease_expires_at")}),
+        (
+            "Timing",
+            {
+                "fields": (
+                    "created_at",
+                    "enqueued_at",
+                    "next_retry_at",
+                    "started_at",
+                    "completed_at",
+                    "duration",
+                )
+            },
+        ),
+        ("Data", {"fields": ("payload_json", "result_json", "error_text", "idempotency_key")}),
+    )
+
+    class Media:
+        css = {"all": ("queue_app/admin.css",)}
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
+        # Payloads and results may be large; the list never shows them.
+        return super().get_queryset(request).defer("payload", "result", "idempotency_fingerprint")
+
+    def get_search_results(self, request, queryset, search_term):
+        if not search_words(search_term):
+            return queryset, False
+        return queryset.filter(job_search_filter(search_term)), False
+
+    @admin.display(description="id", ordering="id")
+    def short_id(self, job: Job) -> str:
+        return format_html('<code title="{}">{}</code>', job.id, short_id(job.id))
+
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, job: Job) -> str:
+        return status_badge(job.status)
+
+    @admin.display(description="attempts")
+    def attempts_of_max(self, job: Job) -> str:
+        return f"{job.attempts}/{job.max_attempts}"
+
+    @admin.display(description="duration")
+    def duration(self, job: Job) -> str:
+        if job.started_at is None:
+            return "-"
+        return human_duration((job.completed_at or timezone.now()) - job.started_at)
+
+    @admin.display(description="last error")
+    def error_excerpt(self, job: Job) -> str:
+        if not job.last_error:
+            return ""
+        return format_html('<span title="{}">{}</span>', job.last_error[:2000], excerpt(job.last_error))
+
+    @admin.display(description="payload")
+    def payload_json(self, job: Job) -> str:
+        return format_html("<pre>{}</pre>", pretty_json(job.payload))
+
+    @admin.display(description="result")
+    def result_json(self, job: Job) -> str:
+        return format_html("<pre>{}</pre>", pretty_json(job.result)) if job.result is not None else "-"
+
+    @admin.display(description="last error")
+    def error_text(self, job: Job) -> str:
+        return format_html('<pre class="job-error">{}</pre>', job.last_error) if job.last_error else "-"
+
+    # --- actions: each job through its service, one transaction per job ---------------
+
+    @admin.action(description="Cancel selected jobs", permissions=["change"])
+    def cancel_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        reason = f"cancelled in the admin by {request.user.get_username()}"
+        self._apply(request, queryset, lambda job_id: services.cancel_job(job_id, reason=reason), "Cancelled")
+
+    @admin.action(description="Retry selected jobs (failed or cancelled)", permissions=["change"])
+    def retry_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        reason = f"retried in the admin by {request.user.get_username()}"
+        self._apply(request, queryset, lambda job_id: services.retry_job(job_id, reason=reason), "Retried")
+
+    @admin.action(description="Re-enqueue selected jobs in Redis (queued only)", permissions=["change"])
+    def reenqueue_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        self._apply(request, queryset, services.reenqueue_job, "Re-enqueued")
+
+    def _apply(
+        self, request: HttpRequest, queryset: QuerySet[Job], service: Callable[[uuid.UUID], Job], verb: str
+    ) -> None:
+        """Run ``service`` per job; a job whose state no longer allows it is skipped, not an error."""
+        changed = 0
+        skipped: Counter[str] = Counter()
+        for job_id in queryset.order_by().values_list("id", flat=True).iterator(chunk_size=500):
+            try:
+                service(job_id)
+            except (TransitionNotAllowed, JobNotFound) as exc:
+                skipped[exc.message] += 1
+            else:
+                changed += 1
+        noun = "job" if changed == 1 else "jobs"
+        level = messages.SUCCESS if changed else messages.INFO
+        self.message_user(request, f"{verb} {changed} {noun}.", level)
+        if skipped:
+            reasons = "; ".join(f"{message} ({count})" for message, count in skipped.most_common())
+            total = sum(skipped.values())
+            self.message_user(
+                request, f"Skipped {total} {'job' if total == 1 else 'jobs'}: {reasons}.", messages.WARNING
+            )
+
+    # --- the dashboard ------------------------------------------------------------------
+
+    def get_urls(self):
+        dashboard_url = path(
+            "dashboard/", self.admin_site.admin_view(self.dashboard_view), name="queue_app_job_dashboard"
+        )
+        return [dashboard_url, *super().get_urls()]
+
+    def dashboard_view(self, request: HttpRequest) -> HttpResponse:
+        """Staff with view permission on jobs; ``?fragment=1`` returns the part that refreshes."""
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        snap = dashboard.snapshot()
+        context = {
+            "snapshot": snap,
+            "status_chart": dashboard.status_chart(snap),
+            "depth_chart": dashboard.depth_chart(snap),
+            "throughput_chart": dashboard.throughput_chart(snap),
+            "refresh_seconds": DASHBOARD_REFRESH_SECONDS,
+            "changelist_url": reverse("admin:queue_app_job_changelist"),
+        }
+        if request.GET.get("fragment"):
+            return TemplateResponse(request, "admin/queue_app/dashboard_body.html", context)
+        context.update(
+            self.admin_site.each_context(request),
+            title="Queue dashboard",
+            opts=self.opts,
+            app_label=self.opts.app_label,
+        )
+        return TemplateResponse(request, "admin/queue_app/dashboard.html", context)
+
+
+# --- log trail and outbox ---------------------------------------------------------------
+
+
+@admin.register(JobLog)
+class JobLogAdmin(HistoryAdmin):
+    list_display = ("created_at", "job_link", "level_badge", "event", "message_excerpt")
+    list_filter = ("level",)
+    search_fields = ("message",)
+    search_help_text = "Words of the message in their order, or whole job ids for those jobs' trails."
+    # Newest first along the primary key: ids grow with time and need no extra index.
+    ordering = ("-id",)
+
+    class Media:
+        css = {"all": ("queue_app/admin.css",)}
+
+    def get_search_results(self, request, queryset, search_term):
+        words = search_words(search_term)
+        if not words:
+            return queryset, False
+        ids = [full_id(word) for word in words]
+        if all(ids):
+            return queryset.filter(job_id__in=ids), False
+        return queryset.filter(ILike(F("message"), words_pattern(words))), False
+
+    # Not named "job": a relation in list_display would join the job table.
+    @admin.display(description="job")
+    def job_link(self, entry: JobLog) -> str:
+        return link_to_job(entry.job_id)
+
+    @admin.display(description="level", ordering="level")
+    def level_badge(self, entry: JobLog) -> str:
+        return format_html('<span class="log-level log-level-{}">{}</span>', entry.level, entry.level)
+
+    @admin.display(description="message")
+    def message_excerpt(self, entry: JobLog) -> str:
+        return excerpt(entry.message, 120)
+
+
+@admin.register(OutboxMessage)
+class OutboxMessageAdmin(HistoryAdmin):
+    list_display = ("id", "job_link", "action", "queue", "state", "created_at", "age", "relay_lag")
+    list_filter = (OutboxStateFilter, "action", QueueFilter)
+    ordering = ("-id",)
+
+    class Media:
+        css = {"all": ("queue_app/admin.css",)}
+
+    @admin.display(description="job")
+    def job_link(self, message: OutboxMessage) -> str:
+        return link_to_job(message.job_id)
+
+    @admin.display(description="state")
+    def state(self, message: OutboxMessage) -> str:
+        kind = "pending" if message.dispatched_at is None else "dispatched"
+        return format_html('<span class="outbox-state outbox-state-{}">{}</span>', kind, kind)
+
+    @admin.display(description="age")
+    def age(self, message: OutboxMessage) -> str:
+        return human_duration(timezone.now() - message.created_at)
+
+    @admin.display(description="relay lag")
+    def relay_lag(self, message: OutboxMessage) -> str:
+        if message.dispatched_at is None:
+            return "-"
+        return human_duration(message.dispatched_at - message.created_at)

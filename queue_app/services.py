@@ -12,16 +12,16 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from queue_app import dispatch
+from queue_app import dispatch, selectors
 from queue_app.conf import queue_settings
 from queue_app.exceptions import (
     IdempotencyConflict,
@@ -77,9 +77,15 @@ def _validated(request: JobRequest) -> JobRequest:
         max_bytes=settings.MAX_PAYLOAD_BYTES,
         max_depth=settings.MAX_PAYLOAD_DEPTH,
     )
-    max_attempts = request.max_attempts or spec.max_attempts or settings.DEFAULT_MAX_ATTEMPTS
-    if isinstance(max_attempts, bool) or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT:
-        raise InvalidJob(f"must be between 1 and {MAX_ATTEMPTS_LIMIT}", field="max_attempts")
+    max_attempts = request.max_attempts
+    if max_attempts is None:
+        max_attempts = spec.max_attempts or settings.DEFAULT_MAX_ATTEMPTS
+    if (
+        not isinstance(max_attempts, int)
+        or isinstance(max_attempts, bool)
+        or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT
+    ):
+        raise InvalidJob(f"must be an integer between 1 and {MAX_ATTEMPTS_LIMIT}", field="max_attempts")
     if request.run_at is not None and timezone.is_naive(request.run_at):
         raise InvalidJob("must include a UTC offset", field="run_at")
     key = request.idempotency_key
@@ -165,8 +171,9 @@ def enqueue_jobs(requests: Sequence[JobRequest], *, owner=None) -> list[Job]:
         now = timezone.now()
         jobs: list[Job] = []
         fresh: list[Job] = []
-        for request in validated:
-            job = _new_job(request, owner, now)
+        for index, request in enumerate(validated):
+            # One microsecond apart keeps a bulk's request order inside each tier.
+            job = _new_job(request, owner, now + timedelta(microseconds=index))
             if request.idempotency_key:
                 # A concurrent insert of the same key blocks on the unique index
                 # until the other transaction ends, then fails here: exactly one job.
@@ -264,9 +271,13 @@ def claim_jobs(ids: Sequence[str], *, worker_id: str) -> list[ClaimedJob]:
     if not ids:
         return []
     lease = queue_settings().LEASE_SECONDS
+    valid_ids = [str(pk) for pk in selectors.valid_ids(ids)]
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(_CLAIM_SQL, {"ids": list(ids), "worker": worker_id, "lease": lease})
+        cursor.execute(_CLAIM_SQL, {"ids": valid_ids, "worker": worker_id, "lease": lease})
         rows = cursor.fetchall()
+    # Run in pop order (priority, then age); RETURNING order is unspecified.
+    position = {job_id: index for index, job_id in enumerate(valid_ids)}
+    rows.sort(key=lambda row: position[str(row[0])])
     claimed = [
         ClaimedJob(
             id=str(row[0]),
@@ -284,31 +295,12 @@ def claim_jobs(ids: Sequence[str], *, worker_id: str) -> list[ClaimedJob]:
 
 
 def _log_unclaimed(ids: set[str]) -> None:
-    found = dict(Job.objects.filter(id__in=ids).values_list("id", "status").iterator())
+    found = selectors.statuses(ids)
     for job_id in ids:
-        status = found.get(_uuid(job_id))
-        if status is None:
+        if job_id not in found:
             log.warning("job_not_found_in_db", job_id=job_id)
         else:
-            log.warning("job_status_not_queued", job_id=job_id, status=status)
-
-
-def not_due(ids: Iterable[str]) -> list[tuple[str, str, datetime]]:
-    """(id, queue, due) of queued jobs among ``ids`` whose time has not come yet."""
-    return list(
-        Job.objects.filter(
-            id__in=list(ids), status=Status.QUEUED, next_retry_at__gt=timezone.now()
-        ).values_list("id", "queue", "next_retry_at")
-    )
-
-
-def _uuid(value: str):
-    import uuid
-
-    try:
-        return uuid.UUID(str(value))
-    except ValueError:
-        return None
+            log.warning("job_status_not_queued", job_id=job_id, status=found[job_id])
 
 
 @dataclass(frozen=True)
@@ -361,6 +353,12 @@ def complete_jobs(completions: Sequence[Completion]) -> set[str]:
 def complete_job(job_id: str, attempt: int, result: Any) -> bool:
     """Complete one job; False when the fence rejected it (see ``complete_jobs``)."""
     return bool(complete_jobs([Completion(job_id, attempt, result)]))
+
+
+def note_fenced(job_id: str, attempt: int) -> None:
+    """Record that an attempt's completion was rejected (after its atomic work rolled back)."""
+    with transaction.atomic():
+        _record_fenced([Completion(job_id, attempt, None)], "completion_fenced")
 
 
 def _record_fenced(items: Sequence[Completion], event: str) -> None:

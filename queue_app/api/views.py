@@ -112,6 +112,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     filter_backends = [DjangoFilterBackend]
     filterset_class = JobFilter
     pagination_class = JobPagination
+    # Any path segment reaches the view, so a malformed id is a JSON 404 like any other.
+    lookup_value_regex = "[^/]+"
 
     def get_queryset(self) -> QuerySet[Job]:
         jobs = Job.objects.all()

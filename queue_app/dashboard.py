@@ -1,0 +1,344 @@
+"""What the queue dashboard shows: one read-only snapshot of PostgreSQL and Redis.
+
+PostgreSQL says what should be queued; Redis says what a worker will find.
+Showing both side by side makes drift visible: a queued job missing from
+Redis waits for the relay (outbox backlog) or the reconciler; an id in Redis
+without a queued job is absorbed by the worker's claim.
+
+Every read is bounded at a million jobs without indexes beyond the job
+table's fixed set: live statuses (queued, processing) are counted exactly
+through the status index; finished ones, which grow without bound, are
+counted only when small and otherwise estimated by the planner. Throughput
+and recent failures come from the log trail: each finishing transition
+writes its log row in the transition's transaction, stamped with the same
+``now()`` as ``completed_at``, and the log's primary key grows with time, so
+"the last hour" is a primary-key range found by bisection.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import redis
+from django.db.models import Count, Max, Min, Q
+from django.db.models.functions import TruncMinute
+from django.utils import timezone
+
+from queue_app import charts, dispatch
+from queue_app.conf import queue_settings
+from queue_app.models import Job, JobLog, OutboxMessage
+from queue_app.pagination import count_rows, estimated_count
+from queue_app.states import TERMINAL, TRANSITIONS, Status
+
+THROUGHPUT_MINUTES = 60
+RECENT_FAILURES = 10
+RECENT_FAILURES_WINDOW = timedelta(hours=24)
+LIVE = (Status.QUEUED, Status.PROCESSING)
+# Log events that finish a job, by the status they lead to.
+COMPLETED_EVENTS = sorted(event for event, (_, target) in TRANSITIONS.items() if target == Status.COMPLETED)
+FAILED_EVENTS = sorted(event for event, (_, target) in TRANSITIONS.items() if target == Status.FAILED)
+
+
+@dataclass(frozen=True)
+class QueueDepth:
+    """One queue: PostgreSQL's counts next to the ids Redis holds for it."""
+
+    name: str
+    fifo: bool
+    statuses: dict[str, int]
+    estimated: frozenset[str]  # statuses whose count is the planner's estimate
+    scheduled: int  # queued, but waiting for a time (retry backoff or run_at)
+    outbox_pending: int
+    redis: dict[str, int] | None  # None when Redis could not be read
+
+    @property
+    def status_counts(self) -> list[tuple[str, int, bool]]:
+        """(status, count, is_estimate) for every status, in the states' order."""
+        return [(status, self.statuses.get(status, 0), status in self.estimated) for status in Status.values]
+
+    @property
+    def queued(self) -> int:
+        return self.statuses.get(Status.QUEUED, 0)
+
+    @property
+    def redis_total(self) -> int | None:
+        return None if self.redis is None else sum(self.redis.values())
+
+    @property
+    def drift(self) -> int | None:
+        """Redis ids minus queued jobs: 0 when the two stores agree."""
+        return None if self.redis is None else self.redis_total - self.queued
+
+
+@dataclass(frozen=True)
+class Minute:
+    start: datetime
+    completed: int
+    failed: int
+
+
+@dataclass(frozen=True)
+class Failure:
+    job_id: str
+    type: str
+    queue: str
+    failed_at: datetime
+    event: str
+    error: str
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    taken_at: datetime
+    queues: list[QueueDepth]
+    throughput: list[Minute]
+    recent_failures: list[Failure]
+    outbox_pending: int
+    outbox_oldest: datetime | None
+    totals: dict[str, int] = field(default_factory=dict)
+    estimated: frozenset[str] = frozenset()  # statuses whose total is an estimate
+    redis_error: str = ""
+
+    @property
+    def status_totals(self) -> list[tuple[str, int, bool]]:
+        return [(status, count, status in self.estimated) for status, count in self.totals.items()]
+
+    @property
+    def total_jobs(self) -> int:
+        return sum(self.totals.values())
+
+    @property
+    def outbox_oldest_age(self) -> timedelta | None:
+        return None if self.outbox_oldest is None else max(self.taken_at - self.outbox_oldest, timedelta(0))
+
+    @property
+    def completed_last_hour(self) -> int:
+        return sum(minute.completed for minute in self.throughput)
+
+    @property
+    def failed_last_hour(self) -> int:
+        return sum(minute.failed for minute in self.throughput)
+
+
+def _live_counts(now: datetime) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
+    """Exact (queue -> status -> count, queue -> scheduled) of queued and processing jobs."""
+    rows = (
+        Job.objects.filter(status__in=LIVE)
+        .order_by()
+        .values("queue", "status")
+        .annotate(jobs=Count("pk"), scheduled=Count("pk", filter=Q(next_retry_at__gt=now)))
+    )
+    statuses: dict[str, dict[str, int]] = {}
+    scheduled: dict[str, int] = {}
+    for row in rows:
+        statuses.setdefault(row["queue"], {})[row["status"]] = row["jobs"]
+        if row["status"] == Status.QUEUED:
+            scheduled[row["queue"]] = row["scheduled"]
+    return statuses, scheduled
+
+
+def _outbox_backlog() -> dict[str, tuple[int, datetime]]:
+    """queue -> (pending rows, oldest pending); served by the partial index on undispatched rows."""
+    rows = (
+        OutboxMessage.objects.filter(dispatched_at__isnull=True)
+        .order_by()
+        .values("queue")
+        .annotate(pending=Count("pk"), oldest=Min("created_at"))
+    )
+    return {row["queue"]: (row["pending"], row["oldest"]) for row in rows}
+
+
+def _redis_depths(queues: list[tuple[str, bool]]) -> tuple[dict[str, dict[str, int]], str]:
+    try:
+        return dispatch.depths(dispatch.get_client(), queues), ""
+    except (redis.RedisError, OSError) as exc:
+        return {}, f"Redis could not be read: {exc}"
+
+
+def first_log_id_since(moment: datetime) -> int | None:
+    """The first log row written at or after ``moment``, by bisecting the primary key.
+
+    Ids and timestamps grow together (up to the overlap of concurrent
+    transactions, a few milliseconds), so about 20 primary-key probes
+    replace a scan of the whole trail. None when nothing was logged since.
+    """
+    bounds = JobLog.objects.aggregate(low=Min("id"), high=Max("id"))
+    low, high = bounds["low"], bounds["high"]
+
+    def logged_since(log_id: int) -> bool:
+        first = JobLog.objects.filter(id__gte=log_id).order_by("id").values_list("created_at", flat=True)[:1]
+        return bool(first) and first[0] >= moment
+
+    if high is None or not logged_since(high):
+        return None
+    while low < high:
+        middle = (low + high) // 2
+        if logged_since(middle):
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+def _throughput(now: datetime) -> list[Minute]:
+    """Jobs finished per minute over the last hour, oldest minute first, empty minutes included."""
+    first = now.replace(second=0, microsecond=0) - timedelta(minutes=THROUGHPUT_MINUTES - 1)
+    minutes = [first + timedelta(minutes=i) for i in range(THROUGHPUT_MINUTES)]
+    since_id = first_log_id_since(first)
+    counts: dict[tuple[datetime, str], int] = {}
+    if since_id is not None:
+        rows = (
+            JobLog.objects.filter(
+                id__gte=since_id, created_at__gte=first, event__in=COMPLETED_EVENTS + FAILED_EVENTS
+            )
+            .annotate(minute=TruncMinute("created_at"))
+            .order_by()
+            .values("minute", "event")
+            .annotate(jobs=Count("pk"))
+        )
+        for row in rows:
+            outcome = Status.COMPLETED if row["event"] in COMPLETED_EVENTS else Status.FAILED
+            key = (row["minute"], outcome)
+            counts[key] = counts.get(key, 0) + row["jobs"]
+    return [
+        Minute(
+            start=minute,
+            completed=counts.get((minute, Status.COMPLETED), 0),
+            failed=counts.get((minute, Status.FAILED), 0),
+        )
+        for minute in minutes
+    ]
+
+
+def _recent_failures(now: datetime) -> list[Failure]:
+    """The last jobs to fail for good within RECENT_FAILURES_WINDOW, newest first."""
+    since_id = first_log_id_since(now - RECENT_FAILURES_WINDOW)
+    if since_id is None:
+        return []
+    entries = list(
+        JobLog.objects.filter(id__gte=since_id, event__in=FAILED_EVENTS)
+        .order_by("-id")
+        .values_list("job_id", "created_at", "event", "message")[:RECENT_FAILURES]
+    )
+    jobs = Job.objects.only("type", "queue").in_bulk([job_id for job_id, *_ in entries])
+    return [
+        Failure(
+            job_id=str(job_id),
+            type=jobs[job_id].type,
+            queue=jobs[job_id].queue,
+            failed_at=created_at,
+            event=event,
+            error=message,
+        )
+        for job_id, created_at, event, message in entries
+        if job_id in jobs
+    ]
+
+
+def _finished_counts() -> tuple[dict[str, int], set[str], dict[str, dict[str, int]]]:
+    """(status -> total, estimated statuses, queue -> status -> count) for finished jobs.
+
+    A status with few jobs is counted exactly, per queue, through the status
+    index. For a large one both the total and the per-queue split are the
+    planner's estimates, and ``per_queue`` leaves it out.
+    """
+    totals: dict[str, int] = {}
+    estimated: set[str] = set()
+    per_queue: dict[str, dict[str, int]] = {}
+    for status in sorted(TERMINAL):
+        jobs = Job.objects.filter(status=status)
+        totals[status], is_estimate = count_rows(jobs)
+        if is_estimate:
+            estimated.add(status)
+            continue
+        for row in jobs.order_by().values("queue").annotate(jobs=Count("pk")):
+            per_queue.setdefault(row["queue"], {})[status] = row["jobs"]
+    return totals, estimated, per_queue
+
+
+def snapshot() -> Snapshot:
+    """Everything the dashboard draws, read once."""
+    now = timezone.now()
+    configured = queue_settings().QUEUES
+    live, scheduled = _live_counts(now)
+    finished, estimated, finished_by_queue = _finished_counts()
+    backlog = _outbox_backlog()
+    # Configured queues first, then any other queue the counts found.
+    names = list(configured) + sorted((set(live) | set(finished_by_queue)) - set(configured))
+    depths, redis_error = _redis_depths([(name, configured.get(name, False)) for name in names])
+
+    queues = []
+    for name in names:
+        statuses = {status: live.get(name, {}).get(status, 0) for status in LIVE}
+        for status in TERMINAL:
+            if status in estimated:
+                statuses[status] = estimated_count(Job.objects.filter(status=status, queue=name))
+            else:
+                statuses[status] = finished_by_queue.get(name, {}).get(status, 0)
+        queues.append(
+            QueueDepth(
+                name=name,
+                fifo=configured.get(name, False),
+                statuses=statuses,
+                estimated=frozenset(estimated),
+                scheduled=scheduled.get(name, 0),
+                outbox_pending=backlog.get(name, (0, None))[0],
+                redis=None if redis_error else depths.get(name),
+            )
+        )
+
+    totals = {
+        status: finished[status]
+        if status in TERMINAL
+        else sum(queue_counts.get(status, 0) for queue_counts in live.values())
+        for status in Status.values
+    }
+    oldest = [created for _, created in backlog.values()]
+    return Snapshot(
+        taken_at=now,
+        queues=queues,
+        throughput=_throughput(now),
+        recent_failures=_recent_failures(now),
+        outbox_pending=sum(pending for pending, _ in backlog.values()),
+        outbox_oldest=min(oldest) if oldest else None,
+        totals=totals,
+        estimated=frozenset(estimated),
+        redis_error=redis_error,
+    )
+
+
+def status_chart(snap: Snapshot) -> str:
+    return charts.grouped_bars(
+        [
+            charts.BarGroup(status, [charts.Bar("", count, charts.STATUS_COLOURS[status])])
+            for status, count in snap.totals.items()
+        ],
+        label="Jobs by status",
+    )
+
+
+def depth_chart(snap: Snapshot) -> str:
+    """Per queue: queued in PostgreSQL next to the ids in Redis."""
+    groups = []
+    for queue in snap.queues:
+        bars = [charts.Bar("queued in PostgreSQL", queue.queued, charts.POSTGRES_COLOUR)]
+        if queue.redis_total is not None:
+            bars.append(charts.Bar("ids in Redis", queue.redis_total, charts.REDIS_COLOUR))
+        groups.append(charts.BarGroup(queue.name, bars))
+    return charts.grouped_bars(groups, label="Queued jobs in PostgreSQL and ids in Redis, per queue")
+
+
+def throughput_chart(snap: Snapshot) -> str:
+    columns = [
+        charts.Column(timezone.localtime(minute.start).strftime("%H:%M"), [minute.completed, minute.failed])
+        for minute in snap.throughput
+    ]
+    return charts.stacked_columns(
+        columns,
+        series=[
+            ("completed", charts.STATUS_COLOURS["completed"]),
+            ("failed", charts.STATUS_COLOURS["failed"]),
+        ],
+        label="Jobs finished per minute over the last hour",
+    )

@@ -1,0 +1,29 @@
+"""Named crash points for fault-injection tests and the chaos run.
+
+``JOBQUEUE_FAILPOINTS="relay.after_push=kill"`` makes the process SIGKILL
+itself the first time it reaches that point; ``=kill@0.2`` does so with
+probability 0.2 at each hit. Unset (the default), ``hit`` does nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+from functools import cache
+
+
+@cache
+def _armed() -> dict[str, float]:
+    points = {}
+    for item in filter(None, os.environ.get("JOBQUEUE_FAILPOINTS", "").split(",")):
+        name, _, action = item.partition("=")
+        _, _, probability = action.partition("@")
+        points[name.strip()] = float(probability or 1.0)
+    return points
+
+
+def hit(name: str) -> None:
+    probability = _armed().get(name)
+    if probability is not None and random.random() < probability:
+        os.kill(os.getpid(), signal.SIGKILL)

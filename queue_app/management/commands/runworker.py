@@ -1,0 +1,36 @@
+"""Run worker processes that claim and run jobs."""
+
+from django.core.management.base import BaseCommand, CommandError
+
+from queue_app.conf import queue_settings
+from queue_app.supervisor import Supervisor, default_name
+
+
+class Command(BaseCommand):
+    help = "Run N worker processes: pop ids from Redis, claim jobs in PostgreSQL, run them."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--queues", help="comma-separated queue names (default: all configured)")
+        parser.add_argument("--concurrency", type=int, default=1, help="worker processes (default 1)")
+        parser.add_argument("--burst", action="store_true", help="exit when no queued job is left")
+        parser.add_argument(
+            "--name",
+            help="worker identity (default host:pid). Restarting with the same name settles the "
+            "jobs the previous process held at once instead of after their lease; "
+            "never run two workers with one name.",
+        )
+
+    def handle(self, *args, queues=None, concurrency=1, burst=False, name=None, **options):
+        configured = queue_settings().QUEUES
+        selected = [q.strip() for q in queues.split(",") if q.strip()] if queues else list(configured)
+        unknown = [q for q in selected if q not in configured]
+        if unknown:
+            raise CommandError(
+                f"--queues: unknown queue(s) {', '.join(unknown)}; configured: {', '.join(configured)}"
+            )
+        if concurrency < 1:
+            raise CommandError("--concurrency must be at least 1")
+        supervisor = Supervisor(
+            name=name or default_name(), queues=selected, concurrency=concurrency, burst=burst
+        )
+        supervisor.run()

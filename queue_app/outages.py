@@ -1,0 +1,48 @@
+"""Keeping a process alive while PostgreSQL or Redis is unreachable.
+
+Processes catch store errors, back off (capped), log the failure once per
+interval instead of once per try, and log when the store answers again.
+"""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+import redis
+import structlog
+from django.db import DatabaseError, InterfaceError
+
+log = structlog.get_logger("queue_app.outages")
+
+STORE_ERRORS = (DatabaseError, InterfaceError, psycopg.Error, redis.RedisError, OSError)
+
+
+class OutageGuard:
+    errors = STORE_ERRORS
+
+    def __init__(self, process: str, *, max_backoff: float = 10.0, log_every: float = 30.0) -> None:
+        self.process = process
+        self.max_backoff = max_backoff
+        self.log_every = log_every
+        self.failures = 0
+        self._last_logged = 0.0
+
+    def failed(self, exc: BaseException, *, sleep=time.sleep) -> None:
+        """Record a failure, log it at most once per interval, and back off."""
+        self.failures += 1
+        now = time.monotonic()
+        if self.failures == 1 or now - self._last_logged >= self.log_every:
+            log.error(
+                "store_unavailable",
+                process=self.process,
+                error=f"{type(exc).__name__}: {exc}".strip()[:500],
+                consecutive_failures=self.failures,
+            )
+            self._last_logged = now
+        sleep(min(self.max_backoff, 0.2 * 2 ** min(self.failures, 10)))
+
+    def recovered(self) -> None:
+        if self.failures:
+            log.info("store_available_again", process=self.process, after_failures=self.failures)
+            self.failures = 0

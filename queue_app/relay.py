@@ -1,0 +1,146 @@
+"""The relay: copies outbox rows to Redis, at least once.
+
+A batch of undispatched rows is locked with ``FOR UPDATE SKIP LOCKED`` (so
+several relays share the work), applied to Redis in one pipeline, then
+marked dispatched in the same transaction. A crash after the Redis push and
+before the commit leaves the rows undispatched: the next relay re-sends them,
+and the worker's compare-and-set claim absorbs the duplicates.
+"""
+
+from __future__ import annotations
+
+import select
+import time
+
+import psycopg
+import structlog
+from django.db import DatabaseError, connection, transaction
+from django.db.models.functions import Now
+
+from queue_app import dispatch, failpoints
+from queue_app.conf import queue_settings
+from queue_app.models import OutboxMessage
+from queue_app.outages import OutageGuard
+from queue_app.services import OUTBOX_CHANNEL
+
+log = structlog.get_logger("queue_app.relay")
+
+PRUNE_EVERY_SECONDS = 60.0
+PRUNE_CHUNK = 5000
+
+
+class Relay:
+    def __init__(self, *, batch_size: int | None = None, poll_seconds: float | None = None) -> None:
+        settings = queue_settings()
+        self.batch_size = batch_size or settings.RELAY_BATCH_SIZE
+        self.poll_seconds = poll_seconds or settings.RELAY_POLL_SECONDS
+        self.stopping = False
+        self.dispatched_total = 0
+        self._listener: psycopg.Connection | None = None
+        self._last_prune = 0.0
+
+    def relay_batch(self) -> int:
+        """Dispatch one batch; returns how many rows it sent."""
+        fifo_queues = queue_settings().QUEUES
+        with transaction.atomic():
+            rows = list(
+                OutboxMessage.objects.select_for_update(skip_locked=True)
+                .filter(dispatched_at__isnull=True)
+                .order_by("id")
+                .values_list("id", "action", "job_id", "queue", "score")[: self.batch_size]
+            )
+            if not rows:
+                return 0
+            dispatch.apply(
+                dispatch.get_client(),
+                (
+                    dispatch.Intent(action, str(job_id), queue, fifo_queues.get(queue, False), score)
+                    for _, action, job_id, queue, score in rows
+                ),
+            )
+            failpoints.hit("relay.after_push")
+            OutboxMessage.objects.filter(id__in=[row[0] for row in rows]).update(dispatched_at=Now())
+        log.debug("outbox_dispatched", count=len(rows))
+        return len(rows)
+
+    def drain(self) -> int:
+        """Dispatch until the outbox is empty (or only other relays' locked rows remain)."""
+        total = 0
+        while not self.stopping:
+            sent = self.relay_batch()
+            total += sent
+            if sent < self.batch_size:
+                break
+        self.dispatched_total += total
+        return total
+
+    def prune(self) -> int:
+        """Delete dispatched rows older than the retention, in chunks."""
+        retention = queue_settings().OUTBOX_RETENTION_SECONDS
+        deleted = 0
+        while not self.stopping:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    """
+                    DELETE FROM job_outbox WHERE id IN (
+                        SELECT id FROM job_outbox
+                         WHERE dispatched_at < now() - make_interval(secs => %s)
+                         LIMIT %s)
+                    """,
+                    [retention, PRUNE_CHUNK],
+                )
+                deleted += cursor.rowcount
+                if cursor.rowcount < PRUNE_CHUNK:
+                    break
+        if deleted:
+            log.info("outbox_pruned", count=deleted)
+        return deleted
+
+    def _listen(self) -> psycopg.Connection:
+        """A dedicated autocommit connection outside Django's pool, for NOTIFY."""
+        if self._listener is None or self._listener.closed:
+            params = connection.get_connection_params()
+            params.pop("cursor_factory", None)
+            params.pop("context", None)
+            params.pop("server_side_binding", None)
+            self._listener = psycopg.connect(**params, autocommit=True)
+            self._listener.execute(f"LISTEN {OUTBOX_CHANNEL}")
+        return self._listener
+
+    def wait_for_notification(self) -> None:
+        """Sleep until a NOTIFY arrives or the poll interval passes (the fallback)."""
+        try:
+            listener = self._listen()
+            ready, _, _ = select.select([listener.fileno()], [], [], self.poll_seconds)
+            if ready:
+                for _ in listener.notifies(timeout=0):
+                    pass
+        except (psycopg.Error, OSError) as exc:
+            if self._listener is not None:
+                self._listener.close()
+            self._listener = None
+            log.warning("relay_listen_failed", error=str(exc))
+            time.sleep(min(self.poll_seconds, 1.0))
+
+    def run(self, *, once: bool = False) -> None:
+        """Relay until stopped; ``once`` drains the outbox one time and returns."""
+        guard = OutageGuard("relay")
+        log.info("relay_started", batch_size=self.batch_size, poll_seconds=self.poll_seconds)
+        while not self.stopping:
+            try:
+                self.drain()
+                if time.monotonic() - self._last_prune > PRUNE_EVERY_SECONDS:
+                    self.prune()
+                    self._last_prune = time.monotonic()
+                guard.recovered()
+            except guard.errors as exc:
+                if isinstance(exc, DatabaseError):
+                    connection.close()
+                guard.failed(exc)
+                continue
+            if once:
+                break
+            self.wait_for_notification()
+        if self._listener is not None:
+            self._listener.close()
+        log.info("relay_stopped", dispatched=self.dispatched_total)

@@ -1,0 +1,58 @@
+"""Reads the processes need to decide what to do; nothing here writes."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+from django.utils import timezone
+
+from queue_app.models import Job
+from queue_app.states import Status
+
+
+def valid_ids(ids: Iterable[str]) -> list[uuid.UUID]:
+    """The ids that parse as UUIDs (anything else cannot name a job)."""
+    valid = []
+    for value in ids:
+        try:
+            valid.append(uuid.UUID(str(value)))
+        except ValueError:
+            continue  # not a job id at all: nothing in PostgreSQL can match it
+    return valid
+
+
+def statuses(ids: Iterable[str]) -> dict[str, str]:
+    """id -> status for the ids that exist."""
+    return {
+        str(pk): status
+        for pk, status in Job.objects.filter(id__in=valid_ids(ids)).values_list("id", "status")
+    }
+
+
+def queued_for_promotion(ids: Iterable[str]) -> list[tuple[str, str, str, datetime, datetime | None]]:
+    """(id, queue, priority, enqueued_at, next_retry_at) of the queued jobs among ``ids``."""
+    rows = Job.objects.filter(id__in=valid_ids(ids), status=Status.QUEUED).values_list(
+        "id", "queue", "priority", "enqueued_at", "next_retry_at"
+    )
+    return [(str(pk), *rest) for pk, *rest in rows]
+
+
+def not_due(ids: Iterable[str]) -> list[tuple[str, str, datetime]]:
+    """(id, queue, due) of queued jobs among ``ids`` whose time has not come yet."""
+    rows = Job.objects.filter(
+        id__in=valid_ids(ids), status=Status.QUEUED, next_retry_at__gt=timezone.now()
+    ).values_list("id", "queue", "next_retry_at")
+    return [(str(pk), queue, due) for pk, queue, due in rows]
+
+
+def has_queued(queues: Sequence[str]) -> bool:
+    """Whether any job of these queues is still waiting to run (now or later)."""
+    return Job.objects.filter(queue__in=list(queues), status=Status.QUEUED).exists()
+
+
+def held_by(worker_id: str) -> list[tuple[str, int]]:
+    """(id, attempt) of the jobs a worker identity holds."""
+    rows = Job.objects.filter(status=Status.PROCESSING, worker_id=worker_id).values_list("id", "attempts")
+    return [(str(pk), attempts) for pk, attempts in rows]

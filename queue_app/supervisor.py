@@ -1,0 +1,183 @@
+"""Runs N worker processes, enforces hard time limits, and shuts them down cleanly.
+
+Each child reports over a pipe which job it runs, until when, and which jobs
+it holds. A child still inside a handler past its hard deadline (the soft
+limit plus a grace, e.g. C code that never returns to Python) is SIGKILLed:
+its job is failed as a timeout, its other held jobs are handed back, and a
+new child with the same identity takes its place.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+
+import structlog
+from django.db import connections
+
+from queue_app import services
+from queue_app.conf import queue_settings
+from queue_app.outages import OutageGuard
+
+log = structlog.get_logger("queue_app.supervisor")
+
+RESTART_BACKOFF_SECONDS = 1.0
+
+
+def default_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass
+class Child:
+    index: int
+    worker_id: str
+    process: multiprocessing.Process | None = None
+    pipe: Connection | None = None
+    current: tuple[str, int] | None = None
+    hard_deadline: float | None = None
+    held: dict[str, int] = field(default_factory=dict)
+    exited_cleanly: bool = False
+
+
+def _child_main(worker_id: str, queues: list[str], burst: bool, pipe: Connection) -> None:
+    from queue_app.worker import Worker
+
+    # Ctrl-C reaches the whole process group; the child treats it like SIGTERM.
+    Worker(worker_id=worker_id, queues=queues, burst=burst, report=pipe).run()
+    connections.close_all()
+
+
+class Supervisor:
+    def __init__(self, *, name: str, queues: list[str], concurrency: int, burst: bool) -> None:
+        self.name = name
+        self.queues = queues
+        self.burst = burst
+        self.children = [Child(index=i, worker_id=f"{name}/{i}") for i in range(concurrency)]
+        self.stopping = False
+        self.stop_deadline: float | None = None
+        self._context = multiprocessing.get_context("fork")
+
+    def _on_stop(self, signum, frame) -> None:
+        if self.stopping:
+            return
+        self.stopping = True
+        settings = queue_settings()
+        self.stop_deadline = time.monotonic() + settings.SHUTDOWN_GRACE_SECONDS + 5
+        log.info("supervisor_stopping", name=self.name, signal=signal.Signals(signum).name)
+        for child in self.children:
+            if child.process is not None and child.process.is_alive():
+                os.kill(child.process.pid, signal.SIGTERM)
+
+    def _start(self, child: Child) -> None:
+        # Forked children must not share the parent's database sockets or pool.
+        for conn in connections.all(initialized_only=True):
+            conn.close()
+            close_pool = getattr(conn, "close_pool", None)
+            if close_pool is not None:
+                close_pool()
+        parent_end, child_end = self._context.Pipe(duplex=False)
+        child.process = self._context.Process(
+            target=_child_main,
+            args=(child.worker_id, self.queues, self.burst, child_end),
+            name=f"worker {child.worker_id}",
+        )
+        child.process.start()
+        child_end.close()
+        child.pipe = parent_end
+        child.current, child.hard_deadline, child.held = None, None, {}
+        log.info("worker_process_started", worker=child.worker_id, pid=child.process.pid)
+
+    def run(self) -> int:
+        previous = {s: signal.signal(s, self._on_stop) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            for child in self.children:
+                self._start(child)
+            while True:
+                alive = [c for c in self.children if c.process is not None and c.process.is_alive()]
+                if not alive and (self.stopping or all(c.exited_cleanly for c in self.children)):
+                    break
+                self._read_reports(timeout=0.2)
+                self._enforce_hard_limits()
+                self._reap()
+                if self.stopping and self.stop_deadline and time.monotonic() > self.stop_deadline:
+                    for child in alive:
+                        self._kill(child, "shutdown grace period ended")
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+        log.info("supervisor_stopped", name=self.name)
+        return 0
+
+    def _read_reports(self, timeout: float) -> None:
+        pipes = {c.pipe: c for c in self.children if c.pipe is not None}
+        sentinels = [c.process.sentinel for c in self.children if c.process is not None]
+        for ready in wait([*pipes, *sentinels], timeout=timeout):
+            child = pipes.get(ready)
+            if child is None:
+                continue
+            try:
+                while child.pipe.poll():
+                    job_id, attempt, hard_deadline, held = child.pipe.recv()
+                    child.current = (job_id, attempt) if job_id else None
+                    child.hard_deadline = hard_deadline
+                    child.held = held
+            except (EOFError, OSError):
+                child.pipe.close()
+                child.pipe = None
+
+    def _enforce_hard_limits(self) -> None:
+        now = time.monotonic()
+        for child in self.children:
+            alive = child.process is not None and child.process.is_alive()
+            if alive and child.current and child.hard_deadline and now > child.hard_deadline:
+                self._kill(child, "hard time limit exceeded")
+
+    def _kill(self, child: Child, reason: str) -> None:
+        """SIGKILL a child and settle what it held, so nothing waits for a lease to expire."""
+        log.warning("worker_process_killed", worker=child.worker_id, reason=reason, job=child.current)
+        os.kill(child.process.pid, signal.SIGKILL)
+        child.process.join()
+        self._read_reports(timeout=0)
+        current, held = child.current, dict(child.held)
+        guard = OutageGuard("supervisor")
+        for _ in range(5):
+            try:
+                if current is not None:
+                    job_id, attempt = current
+                    held.pop(job_id, None)
+                    timed_out = reason == "hard time limit exceeded"
+                    if timed_out:
+                        services.fail_job(job_id, attempt, f"JobTimeLimitExceeded: {reason}; process killed")
+                    else:
+                        services.hand_back_job(job_id, attempt, worker_id=child.worker_id, reason=reason)
+                for job_id, attempt in held.items():
+                    services.hand_back_job(job_id, attempt, worker_id=child.worker_id, reason=reason)
+                break
+            except guard.errors as exc:
+                connections.close_all()
+                guard.failed(exc)
+        # Anything not settled here is still held by this identity: the replacement
+        # child's start-up recovery settles it, or the reconciler after the lease.
+        child.current, child.held = None, {}
+
+    def _reap(self) -> None:
+        for child in self.children:
+            process = child.process
+            if process is None or process.is_alive():
+                continue
+            if process.exitcode == 0 and (self.burst or self.stopping):
+                child.exited_cleanly = True
+                continue
+            if self.stopping:
+                continue
+            if child.exited_cleanly:
+                continue
+            log.warning("worker_process_exited", worker=child.worker_id, exitcode=process.exitcode)
+            time.sleep(RESTART_BACKOFF_SECONDS)
+            self._start(child)

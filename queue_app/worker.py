@@ -1,0 +1,398 @@
+"""A worker process: pop ids from Redis, claim them in PostgreSQL, run them, settle them.
+
+Redis only suggests: every popped id goes through the compare-and-set claim,
+so a stale or duplicated id degrades into a log line. Jobs run one at a time
+in the main thread, under a soft time limit (SIGALRM raises inside the
+handler, stopping CPU-bound code too); the supervisor kills the process if
+the handler ignores it (see supervisor.py). A heartbeat thread extends the
+leases of the jobs this process holds.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+import structlog
+from django.db import DatabaseError, connection, transaction
+
+from queue_app import dispatch, selectors, services
+from queue_app.conf import queue_settings
+from queue_app.exceptions import JobTimeLimitExceeded, LeaseLost, QueueError, WorkerShutdown
+from queue_app.handlers import HandlerSpec, _current_job, get_handler
+from queue_app.outages import OutageGuard
+from queue_app.payloads import check_json
+from queue_app.services import ClaimedJob, Completion
+from queue_app.states import PRIORITY_TIER
+
+log = structlog.get_logger("queue_app.worker")
+
+PROMOTE_EVERY_SECONDS = 0.5
+MAX_RESULT_BYTES = 10 * 1024 * 1024
+
+
+class _Fenced(Exception):
+    """Rolls back an atomic handler whose completion the fence rejected."""
+
+
+class Worker:
+    def __init__(
+        self,
+        *,
+        worker_id: str,
+        queues: Sequence[str],
+        burst: bool = False,
+        report=None,
+    ) -> None:
+        settings = queue_settings()
+        self.worker_id = worker_id
+        self.queues = list(queues)
+        self.modes = [(queue, settings.QUEUES[queue]) for queue in self.queues]
+        self.burst = burst
+        self.report = report  # pipe to the supervisor, or None
+        self.batch_size = settings.WORKER_BATCH_SIZE
+        self.poll_seconds = settings.WORKER_POLL_SECONDS
+        self.stopping = False
+        # Claimed and not yet settled: id -> attempt (read by the heartbeat thread).
+        self.held: dict[str, int] = {}
+        self.lost: set[str] = set()
+        self.completions: list[Completion] = []
+        self.current: ClaimedJob | None = None
+        self.soft_deadline: float | None = None
+        self.shutdown_deadline: float | None = None
+        self._last_promote = 0.0
+        self._limit = 0.0
+        self.processed = 0
+
+    # --- signals ------------------------------------------------------------
+
+    def _install_signals(self) -> dict:
+        handlers = {
+            signal.SIGTERM: self._on_stop,
+            signal.SIGINT: self._on_stop,
+            signal.SIGALRM: self._on_alarm,
+            signal.SIGUSR1: self._on_lease_lost,
+        }
+        return {signum: signal.signal(signum, handler) for signum, handler in handlers.items()}
+
+    def _on_stop(self, signum, frame) -> None:
+        if not self.stopping:
+            log.info("worker_stopping", worker=self.worker_id, signal=signal.Signals(signum).name)
+        self.stopping = True
+        if self.current is not None and self.shutdown_deadline is None:
+            self.shutdown_deadline = time.monotonic() + queue_settings().SHUTDOWN_GRACE_SECONDS
+            self._arm_timer()
+
+    def _arm_timer(self) -> None:
+        deadlines = [d for d in (self.soft_deadline, self.shutdown_deadline) if d is not None]
+        if deadlines:
+            signal.setitimer(signal.ITIMER_REAL, max(min(deadlines) - time.monotonic(), 0.001))
+        else:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+
+    def _disarm(self) -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        self.soft_deadline = None
+
+    def _on_alarm(self, signum, frame) -> None:
+        if self.current is None or self.soft_deadline is None:
+            return
+        now = time.monotonic()
+        if self.shutdown_deadline is not None and now >= self.shutdown_deadline:
+            raise WorkerShutdown()
+        if now >= self.soft_deadline:
+            raise JobTimeLimitExceeded(f"time limit exceeded after {self._limit:g} s")
+        self._arm_timer()
+
+    def _on_lease_lost(self, signum, frame) -> None:
+        if self.current is not None and self.soft_deadline is not None and self.current.id in self.lost:
+            raise LeaseLost(f"job {self.current.id} was cancelled or rescued while running")
+
+    def _report_state(self) -> None:
+        if self.report is None:
+            return
+        current = self.current
+        hard_deadline = (
+            time.monotonic() + self._limit + queue_settings().HARD_TIME_LIMIT_GRACE_SECONDS
+            if current is not None
+            else None
+        )
+        try:
+            self.report.send(
+                (
+                    current.id if current else None,
+                    current.attempt if current else None,
+                    hard_deadline,
+                    dict(self.held),
+                )
+            )
+        except (OSError, ValueError):
+            pass  # the supervisor is gone; it will not enforce limits anyway
+
+    # --- the loop -------------------------------------------------------------
+
+    def run(self) -> None:
+        previous = self._install_signals()
+        heartbeat = Heartbeat(self)
+        guard = OutageGuard(f"worker {self.worker_id}")
+        log.info("worker_started", worker=self.worker_id, queues=self.queues, burst=self.burst)
+        try:
+            self._recover_previous_incarnation(guard)
+            heartbeat.start()
+            while not self.stopping:
+                try:
+                    if not self._step():
+                        break
+                    guard.recovered()
+                except guard.errors as exc:
+                    if isinstance(exc, DatabaseError):
+                        connection.close()
+                    guard.failed(exc)
+        finally:
+            self.stopping = True
+            self._finish(guard)
+            heartbeat.stop()
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            log.info("worker_stopped", worker=self.worker_id, processed=self.processed)
+
+    def _step(self) -> bool:
+        """One round: flush, promote, pop, claim, run. False when a burst worker is done."""
+        self._flush_completions()
+        client = dispatch.get_client()
+        self._promote_due(client)
+        ids = dispatch.pop_ready(client, self.modes, self.batch_size)
+        if not ids:
+            if self.burst and not self.held and not selectors.has_queued(self.queues):
+                return False
+            ids = dispatch.wait_ready(client, self.modes, self.poll_seconds)
+            if not ids:
+                return True
+        # A crash (or outage) from here until the claim commits loses these ids from
+        # Redis only; the jobs are still queued in PostgreSQL and the reconciler re-adds them.
+        self._process(ids)
+        return True
+
+    def _process(self, ids: list[str]) -> None:
+        claimed = services.claim_jobs(ids, worker_id=self.worker_id)
+        unclaimed = set(ids) - {job.id for job in claimed}
+        if unclaimed:
+            self._put_back_not_due(unclaimed)
+        for job in claimed:
+            self.held[job.id] = job.attempt
+        self._report_state()
+        for index, job in enumerate(claimed):
+            if self.stopping:
+                for rest in claimed[index:]:
+                    self._hand_back(rest, "worker stopping before the job started")
+                break
+            self.run_job(job)
+            self.processed += 1
+        self._flush_completions()
+
+    def _put_back_not_due(self, ids: set[str]) -> None:
+        """Ids promoted a little early (clocks differ) go back to the retry set."""
+        waiting = selectors.not_due(ids)
+        if waiting:
+            dispatch.apply(
+                dispatch.get_client(),
+                (
+                    dispatch.Intent("schedule", job_id, queue, False, dispatch.due_score(due))
+                    for job_id, queue, due in waiting
+                ),
+            )
+
+    def _promote_due(self, client) -> None:
+        """Move due ids from retry sets to ready structures (tiers looked up in PostgreSQL)."""
+        if time.monotonic() - self._last_promote < PROMOTE_EVERY_SECONDS:
+            return
+        self._last_promote = time.monotonic()
+        fifo = dict(self.modes)
+        for queue in self.queues:
+            taken = dispatch.take_due(client, queue)
+            if not taken:
+                continue
+            # A crash between take_due and apply loses these ids from Redis only;
+            # the reconciler re-adds queued jobs missing from every structure.
+            rows = selectors.queued_for_promotion(taken)
+            dispatch.apply(
+                client,
+                (
+                    dispatch.Intent(
+                        "enqueue",
+                        job_id,
+                        job_queue,
+                        fifo.get(job_queue, False),
+                        dispatch.priority_score(PRIORITY_TIER[priority], enqueued_at),
+                    )
+                    for job_id, job_queue, priority, enqueued_at, _ in rows
+                ),
+            )
+            log.debug("retry_promoted", queue=queue, count=len(rows))
+
+    # --- running one job --------------------------------------------------------
+
+    def run_job(self, job: ClaimedJob) -> None:
+        try:
+            spec = get_handler(job.type)
+        except QueueError as exc:
+            self._settle_failure(job, str(exc), retry=False)
+            return
+        self._limit = spec.time_limit or queue_settings().DEFAULT_TIME_LIMIT_SECONDS
+        self.current = job
+        self.soft_deadline = time.monotonic() + self._limit
+        self._report_state()
+        token = _current_job.set(job)
+        started = time.monotonic()
+        log.info("job_started", job_id=job.id, type=job.type, attempt=job.attempt, worker=self.worker_id)
+        try:
+            try:
+                self._arm_timer()
+                outcome = self._call(spec, job)
+            finally:
+                self._disarm()
+        except _Fenced:
+            services.note_fenced(job.id, job.attempt)
+        except LeaseLost as exc:
+            log.warning("job_lease_lost", job_id=job.id, attempt=job.attempt, reason=str(exc))
+            self.held.pop(job.id, None)
+        except WorkerShutdown:
+            self._hand_back(job, "worker shutdown grace period ended")
+        except JobTimeLimitExceeded as exc:
+            self._settle_failure(job, f"JobTimeLimitExceeded: {exc}", retry=True)
+        except Exception as exc:  # noqa: BLE001 - any handler error is the job's failure
+            retry = not isinstance(exc, spec.give_up_on)
+            self._settle_failure(job, "".join(traceback.format_exception(exc)).strip(), retry=retry)
+        else:
+            if outcome is not None:
+                self.completions.append(outcome)
+            else:
+                self.held.pop(job.id, None)
+        finally:
+            _current_job.reset(token)
+            self.current = None
+            self._report_state()
+            log.info(
+                "job_finished",
+                job_id=job.id,
+                attempt=job.attempt,
+                seconds=round(time.monotonic() - started, 4),
+            )
+
+    def _call(self, spec: HandlerSpec, job: ClaimedJob) -> Completion | None:
+        """Run the handler; returns a completion to batch, or None when already written."""
+        if not spec.atomic:
+            result = spec.func(dict(job.payload))
+            self._disarm()
+            self._check_result(result)
+            return Completion(job.id, job.attempt, result)
+        # Atomic mode: the handler's writes commit with the completion, or not at all.
+        with transaction.atomic():
+            result = spec.func(dict(job.payload))
+            self._disarm()
+            self._check_result(result)
+            if not services.complete_jobs([Completion(job.id, job.attempt, result)]):
+                raise _Fenced()
+        self.held.pop(job.id, None)
+        return None
+
+    @staticmethod
+    def _check_result(result: Any) -> None:
+        check_json(result, field="result", max_bytes=MAX_RESULT_BYTES, max_depth=64)
+
+    def _settle_failure(self, job: ClaimedJob, error: str, *, retry: bool) -> None:
+        services.fail_job(job.id, job.attempt, error, retry=retry)
+        self.held.pop(job.id, None)
+
+    def _hand_back(self, job: ClaimedJob, reason: str) -> None:
+        services.hand_back_job(job.id, job.attempt, worker_id=self.worker_id, reason=reason)
+        self.held.pop(job.id, None)
+
+    def _flush_completions(self) -> None:
+        """Write batched completions; on an outage they stay pending and are retried."""
+        if not self.completions:
+            return
+        pending = self.completions
+        services.complete_jobs(pending)
+        self.completions = []
+        for completion in pending:
+            self.held.pop(completion.job_id, None)
+
+    # --- start-up and shutdown ------------------------------------------------------
+
+    def _recover_previous_incarnation(self, guard: OutageGuard) -> None:
+        """Jobs this identity still holds belong to a dead earlier process: settle them now."""
+        while not self.stopping:
+            try:
+                for job_id, attempt in selectors.held_by(self.worker_id):
+                    log.warning("job_recovered_from_previous_incarnation", job_id=job_id, attempt=attempt)
+                    services.fail_job(
+                        job_id, attempt, "worker restarted: its previous process died", retry=True
+                    )
+                return
+            except guard.errors as exc:
+                connection.close()
+                guard.failed(exc)
+
+    def _finish(self, guard: OutageGuard) -> None:
+        """Clean shutdown: no job left in processing by this worker."""
+        for _ in range(20):
+            try:
+                self._flush_completions()
+                for job_id, attempt in list(self.held.items()):
+                    services.hand_back_job(
+                        job_id, attempt, worker_id=self.worker_id, reason="worker stopped before running it"
+                    )
+                    self.held.pop(job_id, None)
+                return
+            except guard.errors as exc:
+                connection.close()
+                guard.failed(exc)
+        log.error("worker_exit_with_unsettled_jobs", held=list(self.held), worker=self.worker_id)
+
+
+class Heartbeat(threading.Thread):
+    """Extends the leases this worker holds, on its own database connection."""
+
+    def __init__(self, worker: Worker) -> None:
+        super().__init__(name=f"heartbeat {worker.worker_id}", daemon=True)
+        self.worker = worker
+        self.interval = queue_settings().HEARTBEAT_SECONDS
+        self._stopped = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self._stopped.wait(self.interval):
+                self.beat()
+        finally:
+            connection.close()
+
+    def beat(self) -> None:
+        worker = self.worker
+        held = list(worker.held.copy().items())
+        if not held:
+            return
+        try:
+            still_held = services.extend_leases(held, worker_id=worker.worker_id)
+        except OutageGuard.errors as exc:
+            log.warning("heartbeat_failed", worker=worker.worker_id, error=str(exc)[:300])
+            connection.close()
+            return
+        lost = {job_id for job_id, _ in held if job_id not in still_held and job_id in worker.held}
+        if not lost:
+            return
+        worker.lost |= lost
+        log.warning("lease_lost", worker=worker.worker_id, job_ids=sorted(lost))
+        current = worker.current
+        if current is not None and current.id in lost:
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self.is_alive():
+            self.join(timeout=self.interval + 5)

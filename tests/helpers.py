@@ -1,0 +1,95 @@
+"""Helpers shared by tests: run the relay and a worker in-process, wait on conditions."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from django.conf import settings
+from django.db import connection
+
+from queue_app.models import OutboxMessage
+from queue_app.relay import Relay
+from queue_app.worker import Worker
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def relay_all() -> int:
+    """Dispatch every pending outbox row to Redis."""
+    return Relay().drain()
+
+
+def run_worker(queues=("default",), worker_id="test-worker") -> Worker:
+    """Run one in-process worker until no queued job is left, with a relay thread beside it.
+
+    Needs committed data (transactional tests): the relay has its own connection.
+    """
+    relay = Relay(poll_seconds=0.1)
+    thread = threading.Thread(target=_relay_in_thread, args=(relay,), daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: not OutboxMessage.objects.filter(dispatched_at__isnull=True).exists())
+        worker = Worker(worker_id=worker_id, queues=list(queues), burst=True)
+        worker.run()
+    finally:
+        relay.stopping = True
+        thread.join(timeout=10)
+    return worker
+
+
+def _relay_in_thread(relay: Relay) -> None:
+    try:
+        relay.run()
+    finally:
+        connection.close()
+
+
+def wait_until(
+    condition: Callable[[], object], *, timeout: float = 30, interval: float = 0.05, message: str = ""
+):
+    """Poll ``condition`` until it returns something truthy, or fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {message or condition}")
+        time.sleep(interval)
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """Environment for a subprocess that must see the test database and Redis db."""
+    db = connection.settings_dict
+    host = db.get("HOST") or ""
+    if host.startswith("/"):
+        url = f"postgresql://{db['USER']}@/{db['NAME']}?host={host}"
+    else:
+        url = f"postgres://{db['USER']}@{host}:{db.get('PORT') or 5432}/{db['NAME']}"
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DATABASE_URL": url,
+        "REDIS_URL": settings.REDIS_URL,
+        "DEBUG": "1",
+        "LOG_FORMAT": "json",
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.update(extra)
+    return env
+
+
+def manage(*args: str, env: dict[str, str] | None = None, **popen) -> subprocess.Popen:
+    """Start ``manage.py <args>`` as a real OS process."""
+    return subprocess.Popen(
+        [sys.executable, str(PROJECT_ROOT / "manage.py"), *args],
+        cwd=PROJECT_ROOT,
+        env=env or child_env(),
+        **popen,
+    )

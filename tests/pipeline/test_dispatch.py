@@ -1,0 +1,102 @@
+"""Redis layout and exact priority ordering."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from queue_app import dispatch
+
+START = datetime(2020, 1, 1, tzinfo=UTC)
+END = datetime(2055, 1, 1, tzinfo=UTC)
+times = st.datetimes(min_value=START.replace(tzinfo=None), max_value=END.replace(tzinfo=None)).map(
+    lambda moment: moment.replace(tzinfo=UTC)
+)
+
+
+def original_score(tier: int, moment: datetime) -> float:
+    """The original system's score: tier weight plus time/1e12."""
+    return tier * 1000 + moment.timestamp() / 1e12
+
+
+def test_original_scoring_ties_jobs_one_millisecond_apart():
+    first = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
+    second = first + timedelta(milliseconds=1)
+    assert original_score(1, first) == original_score(1, second)  # the bug we fix
+    assert dispatch.priority_score(1, first) < dispatch.priority_score(1, second)
+
+
+@settings(max_examples=500, deadline=None)
+@given(tier_a=st.integers(0, 2), tier_b=st.integers(0, 2), moment_a=times, moment_b=times)
+def test_score_orders_by_tier_then_time_exactly(tier_a, tier_b, moment_a, moment_b):
+    a = dispatch.priority_score(tier_a, moment_a)
+    b = dispatch.priority_score(tier_b, moment_b)
+    assert a < 2**53 and b < 2**53 and a == int(a)
+    if tier_a != tier_b:
+        assert (a < b) == (tier_a < tier_b)
+    else:
+        assert (a < b) == (moment_a < moment_b) and (a == b) == (moment_a == moment_b)
+
+
+@settings(max_examples=200, deadline=None)
+@given(tier=st.integers(0, 2), moment=times, micros=st.integers(1, 10**6))
+def test_one_microsecond_apart_is_a_different_score(tier, moment, micros):
+    later = moment + timedelta(microseconds=micros)
+    if later < END:
+        assert dispatch.priority_score(tier, moment) < dispatch.priority_score(tier, later)
+
+
+def test_medium_jobs_one_millisecond_apart_pop_in_enqueue_order(redis_client):
+    base = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
+    ids = [f"job-{i:03d}" for i in range(200)]
+    # Add in reverse so member (id) order cannot produce the right answer by luck.
+    dispatch.apply(
+        redis_client,
+        [
+            dispatch.Intent(
+                "enqueue",
+                job_id,
+                "default",
+                False,
+                dispatch.priority_score(1, base + timedelta(milliseconds=i)),
+            )
+            for i, job_id in reversed(list(enumerate(ids)))
+        ],
+    )
+    popped = dispatch.pop_ready(redis_client, [("default", False)], 500)
+    assert popped == ids
+
+
+def test_take_due_moves_each_id_once(redis_client):
+    past = datetime.now(UTC) - timedelta(seconds=5)
+    future = datetime.now(UTC) + timedelta(hours=1)
+    dispatch.apply(
+        redis_client,
+        [
+            dispatch.Intent("schedule", f"due-{i}", "default", False, dispatch.due_score(past))
+            for i in range(50)
+        ]
+        + [dispatch.Intent("schedule", "later", "default", False, dispatch.due_score(future))],
+    )
+    first = dispatch.take_due(redis_client, "default", limit=30)
+    second = dispatch.take_due(redis_client, "default", limit=30)
+    assert len(first) == 30 and len(second) == 20 and not set(first) & set(second)
+    assert redis_client.zrange(dispatch.retry_key("default"), 0, -1) == ["later"]
+
+
+def test_keys_share_a_cluster_hash_tag():
+    keys = [dispatch.priority_key("mail"), dispatch.fifo_key("mail"), dispatch.retry_key("mail")]
+    assert keys == ["queue:{mail}:priority", "queue:{mail}:fifo", "queue:{mail}:retry"]
+
+
+def test_remove_takes_an_id_out_of_every_structure(redis_client):
+    dispatch.apply(redis_client, [dispatch.Intent("enqueue", "x", "q", True, None)])
+    dispatch.apply(redis_client, [dispatch.Intent("enqueue", "x", "q", False, 5.0)])
+    dispatch.apply(redis_client, [dispatch.Intent("remove", "x", "q", False, None)])
+    assert redis_client.dbsize() == 0
+
+
+@pytest.mark.parametrize("fifo", [True, False])
+def test_wait_ready_blocks_then_returns_nothing(redis_client, fifo):
+    assert dispatch.wait_ready(redis_client, [("default", fifo)], timeout=0.1) == []

@@ -1,0 +1,139 @@
+"""Transactional enqueue: the job, its first log row and its outbox row commit together."""
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connection, transaction
+from django.utils import timezone
+
+from queue_app import dispatch
+from queue_app.exceptions import IdempotencyConflict, IdempotencyKeyInUse, InvalidJob, UnknownJobType
+from queue_app.models import Job, JobLog, OutboxMessage
+from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
+from tests.helpers import relay_all
+
+pytestmark = pytest.mark.django_db
+
+
+def test_enqueue_writes_job_log_and_outbox_together():
+    job = enqueue_job("demo.echo", {"x": 1}, priority="high")
+    assert job.was_created
+    stored = Job.objects.get(id=job.id)
+    assert (stored.status, stored.priority, stored.attempts, stored.max_attempts) == ("queued", "high", 0, 3)
+    assert list(JobLog.objects.filter(job=job).values_list("event", flat=True)) == ["enqueued"]
+    outbox = OutboxMessage.objects.get(job=job)
+    assert outbox.action == "enqueue" and outbox.dispatched_at is None
+    assert outbox.score == dispatch.priority_score(0, stored.enqueued_at)
+
+
+def test_caller_rollback_leaves_no_job_no_outbox_and_nothing_in_redis(redis_client):
+    class Abort(Exception):
+        pass
+
+    with pytest.raises(Abort), transaction.atomic():
+        enqueue_job("demo.echo", {"n": 1})
+        raise Abort
+    assert not Job.objects.exists()
+    assert not OutboxMessage.objects.exists()
+    assert relay_all() == 0
+    assert redis_client.dbsize() == 0
+
+
+def test_scheduled_job_goes_to_the_retry_set_and_is_not_claimable_yet(redis_client):
+    run_at = timezone.now() + timedelta(hours=1)
+    job = enqueue_job("demo.echo", run_at=run_at)
+    relay_all()
+    assert redis_client.zscore(dispatch.retry_key("default"), str(job.id)) == pytest.approx(
+        run_at.timestamp()
+    )
+    assert redis_client.zcard(dispatch.priority_key("default")) == 0
+
+
+def test_repeated_idempotency_key_returns_the_existing_job():
+    first = enqueue_job("demo.echo", {"a": 1}, idempotency_key="k-1")
+    second = enqueue_job("demo.echo", {"a": 1}, idempotency_key="k-1")
+    assert second.id == first.id and not second.was_created
+    assert Job.objects.count() == 1 and OutboxMessage.objects.count() == 1
+
+
+def test_same_key_with_a_different_request_is_a_conflict():
+    enqueue_job("demo.echo", {"a": 1}, idempotency_key="k-2")
+    with pytest.raises(IdempotencyConflict):
+        enqueue_job("demo.echo", {"a": 2}, idempotency_key="k-2")
+    assert Job.objects.count() == 1
+
+
+def test_key_of_another_owner_is_in_use(django_user_model):
+    alice = django_user_model.objects.create_user("alice")
+    bob = django_user_model.objects.create_user("bob")
+    enqueue_job("demo.echo", idempotency_key="shared", owner=alice)
+    with pytest.raises(IdempotencyKeyInUse):
+        enqueue_job("demo.echo", idempotency_key="shared", owner=bob)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"type": "os.system"}, "type"),
+        ({"priority": "urgent"}, "priority"),
+        ({"queue": "nope"}, "queue"),
+        ({"max_attempts": 0}, "max_attempts"),
+        ({"max_attempts": 101}, "max_attempts"),
+        ({"payload": {"s": "nul\x00"}}, "payload"),
+        ({"payload": {"s": "\ud800"}}, "payload"),
+        ({"payload": {"n": 2**70}}, "payload"),
+        ({"idempotency_key": "x" * 256}, "idempotency_key"),
+    ],
+)
+def test_invalid_requests_name_the_field_and_write_nothing(kwargs, field):
+    args = {"type": "demo.echo", "payload": {}, **kwargs}
+    with pytest.raises((InvalidJob, UnknownJobType)) as error:
+        enqueue_job(args.pop("type"), args.pop("payload"), **args)
+    assert error.value.field == field
+    assert not Job.objects.exists() and not OutboxMessage.objects.exists()
+
+
+def test_deeply_nested_payload_is_rejected_without_recursion_error():
+    payload = current = {}
+    for _ in range(5000):
+        current["a"] = {}
+        current = current["a"]
+    with pytest.raises(InvalidJob) as error:
+        enqueue_job("demo.echo", payload)
+    assert error.value.field == "payload"
+
+
+def test_bulk_is_all_or_nothing():
+    good = JobRequest(type="demo.echo", payload={"i": 1})
+    bad = JobRequest(type="demo.echo", priority="nope")
+    with pytest.raises(InvalidJob):
+        enqueue_jobs([good, bad])
+    assert not Job.objects.exists()
+    jobs = enqueue_jobs([good, JobRequest(type="demo.sleep", payload={"seconds": 0})])
+    assert len(jobs) == 2 and Job.objects.count() == 2
+    assert OutboxMessage.objects.count() == 2 and JobLog.objects.count() == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_requests_with_one_key_create_exactly_one_job():
+    barrier = threading.Barrier(8)
+    results, errors = [], []
+
+    def submit():
+        try:
+            barrier.wait()
+            results.append(enqueue_job("demo.echo", {"same": True}, idempotency_key="race").id)
+        except Exception as exc:  # noqa: BLE001 - collected and asserted below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=submit) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert len(set(results)) == 1 and len(results) == 8
+    assert Job.objects.count() == 1 and OutboxMessage.objects.count() == 1

@@ -1,0 +1,190 @@
+"""The worker, in-process: claim, run, complete, retry, fail, time limits, fencing."""
+
+import random
+import threading
+
+import pytest
+from django.db import connection
+from structlog.testing import capture_logs
+
+from queue_app import services
+from queue_app.models import Job, JobLog
+from queue_app.services import JobRequest, claim_jobs, enqueue_job, enqueue_jobs
+from tests.helpers import relay_all, run_worker
+from tests.probe.models import Effect, Execution
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def events(job) -> list[str]:
+    return list(JobLog.objects.filter(job_id=job.id).order_by("id").values_list("event", flat=True))
+
+
+def test_echo_job_completes_with_its_result_and_trail():
+    job = enqueue_job("demo.echo", {"hello": "world"})
+    run_worker()
+    job.refresh_from_db()
+    assert job.status == "completed" and job.result == {"hello": "world"}
+    assert job.attempts == 1 and job.completed_at >= job.started_at and job.worker_id == ""
+    assert events(job) == ["enqueued", "claimed", "completed"]
+
+
+def test_failing_handler_ends_failed_after_exactly_max_attempts_with_backoff():
+    job = enqueue_job("probe.fail")  # max_attempts=3, backoff base 0.2 s
+    run_worker()
+    job.refresh_from_db()
+    assert job.status == "failed" and job.attempts == 3
+    assert "RuntimeError: probe failure" in job.last_error
+    assert Execution.objects.filter(job_id=job.id).count() == 3
+    assert events(job) == [
+        "enqueued",
+        "claimed",
+        "retry_scheduled",
+        "claimed",
+        "retry_scheduled",
+        "claimed",
+        "failed",
+    ]
+    retries = JobLog.objects.filter(job_id=job.id, event="retry_scheduled").order_by("id")
+    claims = list(JobLog.objects.filter(job_id=job.id, event="claimed").order_by("id"))
+    for retry, next_claim in zip(retries, claims[1:], strict=True):
+        # Backoff: the next attempt starts no earlier than the scheduled retry time.
+        assert next_claim.created_at >= retry.created_at
+        assert retry.extra["next_retry_at"] > retry.created_at.isoformat()
+        assert next_claim.created_at.isoformat() >= retry.extra["next_retry_at"]
+
+
+def test_cpu_bound_handler_is_stopped_at_its_time_limit():
+    job = enqueue_job("probe.spin")  # time_limit=1, max_attempts=2
+    run_worker()
+    job.refresh_from_db()
+    assert job.status == "failed" and job.attempts == 2
+    assert "JobTimeLimitExceeded" in job.last_error
+    assert events(job).count("retry_scheduled") == 1
+
+
+def test_a_flaky_job_retries_then_completes():
+    job = enqueue_job("probe.run", {"fail_first": 1}, max_attempts=3)
+    run_worker()
+    job.refresh_from_db()
+    assert job.status == "completed" and job.attempts == 2
+    assert Execution.objects.filter(job_id=job.id).count() == 2
+
+
+def test_unknown_type_in_the_database_fails_without_retry():
+    job = enqueue_job("demo.echo")
+    Job.objects.filter(id=job.id).update(type="no.such.type")
+    run_worker()
+    job.refresh_from_db()
+    assert job.status == "failed" and job.attempts == 1
+
+
+def test_two_workers_claiming_one_duplicated_id_get_exactly_one_claim():
+    job = enqueue_job("demo.echo")
+    barrier = threading.Barrier(2)
+    claims = []
+
+    def claim(worker_id):
+        barrier.wait()
+        claims.append((worker_id, claim_jobs([str(job.id)], worker_id=worker_id)))
+        connection.close()
+
+    with capture_logs() as logs:
+        threads = [threading.Thread(target=claim, args=(f"w{i}",)) for i in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    winners = [worker for worker, claimed in claims if claimed]
+    assert len(winners) == 1
+    assert [entry["event"] for entry in logs if entry["event"].startswith("job_")] == [
+        "job_status_not_queued"
+    ]
+    job.refresh_from_db()
+    assert job.attempts == 1 and job.worker_id == winners[0]
+
+
+def test_popped_id_of_a_missing_job_is_logged_and_dropped():
+    with capture_logs() as logs:
+        assert claim_jobs(["00000000-0000-0000-0000-000000000000", "not-a-uuid"], worker_id="w") == []
+    assert [entry["event"] for entry in logs].count("job_not_found_in_db") == 2
+
+
+def test_completion_after_cancel_is_fenced_and_result_not_written():
+    job = enqueue_job("demo.echo", {"v": 1})
+    relay_all()
+    [claimed] = claim_jobs([str(job.id)], worker_id="w")
+    services.cancel_job(job.id)
+    assert services.complete_job(claimed.id, claimed.attempt, {"v": 1}) is False
+    job.refresh_from_db()
+    assert job.status == "cancelled" and job.result is None
+    assert events(job)[-1] == "completion_fenced"
+
+
+def test_stale_attempt_cannot_complete_after_rescue_and_reclaim(queue_config):
+    job = enqueue_job("demo.echo")
+    [first] = claim_jobs([str(job.id)], worker_id="old")
+    Job.objects.filter(id=job.id).update(lease_expires_at="2000-01-01T00:00:00Z")
+    services.rescue_expired_leases()
+    Job.objects.filter(id=job.id).update(next_retry_at=None)
+    [second] = claim_jobs([str(job.id)], worker_id="new")
+    assert second.attempt == first.attempt + 1
+    assert services.complete_job(first.id, first.attempt, "stale") is False
+    assert services.complete_job(second.id, second.attempt, "fresh") is True
+    job.refresh_from_db()
+    assert job.result == "fresh"
+
+
+def test_atomic_handler_effect_rolls_back_when_fenced():
+    job = enqueue_job("probe.effect", {"sleep": 0})
+    [claimed] = claim_jobs([str(job.id)], worker_id="w")
+    services.cancel_job(job.id)
+    from queue_app.worker import Worker
+
+    worker = Worker(worker_id="w", queues=["default"])
+    worker.held[claimed.id] = claimed.attempt
+    worker.run_job(claimed)
+    assert not Effect.objects.exists()
+    job.refresh_from_db()
+    assert job.status == "cancelled" and events(job)[-1] == "completion_fenced"
+
+
+def test_atomic_handler_effect_commits_with_completion():
+    job = enqueue_job("probe.effect")
+    run_worker()
+    job.refresh_from_db()
+    assert job.status == "completed"
+    assert list(Effect.objects.values_list("job_id", "attempt")) == [(job.id, 1)]
+
+
+def test_retry_and_cancel_conflicts():
+    job = enqueue_job("demo.echo")
+    with pytest.raises(services.TransitionNotAllowed):
+        services.retry_job(job.id)
+    run_worker()
+    with pytest.raises(services.TransitionNotAllowed):
+        services.cancel_job(job.id)
+    failed = enqueue_job("demo.fail", max_attempts=1)
+    run_worker()
+    retried = services.retry_job(failed.id)
+    assert retried.status == "queued" and retried.max_attempts == 2
+    assert events(retried)[-1] == "retried"
+
+
+def test_ten_thousand_mixed_jobs_drain_by_tier_then_fifo(queue_config):
+    queue_config(WORKER_BATCH_SIZE=100)
+    rng = random.Random(7)
+    requests = [
+        JobRequest(type="probe.run", priority=rng.choice(["high", "medium", "low"])) for _ in range(10_000)
+    ]
+    jobs = []
+    for start in range(0, len(requests), 1000):
+        jobs += enqueue_jobs(requests[start : start + 1000])
+    tier = {"high": 0, "medium": 1, "low": 2}
+    expected = [
+        job.id for _, job in sorted(enumerate(jobs), key=lambda item: (tier[item[1].priority], item[0]))
+    ]
+    run_worker()
+    ran = list(Execution.objects.order_by("id").values_list("job_id", flat=True))
+    assert ran == expected
+    assert Job.objects.filter(status="completed").count() == 10_000
