@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import connection
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from queue_app.models import Job, JobLog, OutboxMessage
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_user(username: str, *, staff: bool = False):
@@ -69,3 +78,53 @@ def submit(client: APIClient, **body: Any):
 def rows_written() -> tuple[int, int, int]:
     """(jobs, log rows, outbox rows): all zero when a rejected request wrote nothing."""
     return Job.objects.count(), JobLog.objects.count(), OutboxMessage.objects.count()
+
+
+# Runs in a child process: Django set up from the environment, then one test client.
+CHILD_PRELUDE = """
+import json, sys
+import django
+django.setup()
+from django.test.utils import setup_test_environment
+setup_test_environment()
+from rest_framework.test import APIClient
+client = APIClient()
+"""
+
+
+def run_in_child(script: str, **env: str) -> dict:
+    """Run ``script`` (after CHILD_PRELUDE) in a fresh interpreter; it prints one JSON object.
+
+    A child reads its settings from the environment at start-up, which is how
+    throttle rates and store URLs are really configured.
+    """
+    child_env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "PYTHONPATH": str(PROJECT_ROOT),
+        **env,
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", CHILD_PRELUDE + textwrap.dedent(script)],
+        env=child_env,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def child_database_url() -> str:
+    """The URL of the test database, for a child process (committed data only)."""
+    db = connection.settings_dict
+    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
+    return f"postgres://{db['USER']}{password}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+def closed_port() -> int:
+    """A local TCP port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

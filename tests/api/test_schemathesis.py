@@ -1,0 +1,62 @@
+"""Property-based run of the API against its own OpenAPI schema (schemathesis).
+
+Every operation gets generated requests (valid per the schema, and once more
+without credentials); no response may be a 5xx or disagree with the schema in
+status code, content type, headers or body.
+"""
+
+import pytest
+import schemathesis
+from django.core import signals
+from django.core.wsgi import get_wsgi_application
+from django.db import close_old_connections
+from hypothesis import HealthCheck, settings
+from rest_framework.authtoken.models import Token
+from schemathesis.checks import CHECKS
+from schemathesis.specs.openapi import checks as openapi_checks
+
+from tests.api.conftest import make_user
+
+CONFORMANCE_CHECKS = [
+    CHECKS.get_one("not_a_server_error"),
+    openapi_checks.status_code_conformance,
+    openapi_checks.content_type_conformance,
+    openapi_checks.response_headers_conformance,
+    openapi_checks.response_schema_conformance,
+    openapi_checks.ignored_auth,
+]
+
+# Loaded from the running application, so the schema is the one it serves.
+schema = schemathesis.openapi.from_wsgi("/api/schema/?format=json", get_wsgi_application())
+
+
+@pytest.fixture(autouse=True)
+def keep_the_test_connection():
+    """Django closes the database connection when a request finishes; its test
+    client suspends that, and so must a test that calls the WSGI app directly."""
+    signals.request_started.disconnect(close_old_connections)
+    signals.request_finished.disconnect(close_old_connections)
+    yield
+    signals.request_started.connect(close_old_connections)
+    signals.request_finished.connect(close_old_connections)
+
+
+@pytest.fixture
+def token_header(db) -> dict[str, str]:
+    token = Token.objects.create(user=make_user("fuzzer"))
+    return {"Authorization": f"Token {token.key}"}
+
+
+@pytest.mark.django_db
+@schema.parametrize()
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.filter_too_much,
+        HealthCheck.function_scoped_fixture,
+    ],
+)
+def test_api_conforms_to_its_schema(case, token_header):
+    case.call_and_validate(headers=token_header, checks=CONFORMANCE_CHECKS)

@@ -1,0 +1,150 @@
+"""GET /api/stats/ against real rows and Redis contents; GET /api/health/ with a store down."""
+
+from datetime import timedelta
+from uuid import UUID
+
+import pytest
+from django.utils import timezone
+
+from queue_app import dispatch, services
+from queue_app.conf import queue_settings
+from queue_app.models import Job, OutboxMessage
+from tests.api.conftest import closed_port, post_json, run_in_child, submit
+
+
+def _relay(rows) -> None:
+    """Apply outbox rows to Redis and mark them dispatched, as the relay does."""
+    queues = queue_settings().QUEUES
+    intents = [
+        dispatch.Intent(row.action, str(row.job_id), row.queue, queues[row.queue], row.score) for row in rows
+    ]
+    dispatch.apply(dispatch.get_client(), intents)
+    OutboxMessage.objects.filter(id__in=[row.id for row in rows]).update(dispatched_at=timezone.now())
+
+
+@pytest.fixture
+def two_queues(queue_config):
+    queue_config(QUEUES="default,bulk:fifo")
+
+
+@pytest.mark.django_db
+def test_stats_match_the_rows_and_redis(api, staff_api, two_queues):
+    ready = [submit(api, payload={"n": n}).json()["id"] for n in range(3)]
+    assert submit(api, delay_seconds=3600).status_code == 201
+    assert (
+        post_json(api, "/api/jobs/bulk/", {"jobs": [{"type": "demo.echo", "queue": "bulk"}] * 2}).status_code
+        == 201
+    )
+    running, done, failed, cancelled = (submit(api, queue="bulk").json()["id"] for _ in range(4))
+    for job_id, outcome in ((running, None), (done, "complete"), (failed, "fail")):
+        [claimed] = services.claim_jobs([job_id], worker_id="w")
+        if outcome == "complete":
+            services.complete_job(job_id, claimed.attempt, None)
+        elif outcome == "fail":
+            services.fail_job(job_id, claimed.attempt, "boom", retry=False)
+    services.cancel_job(cancelled)
+    rows = list(OutboxMessage.objects.order_by("id"))
+    assert [(row.job_id, row.action) for row in rows[-2:]] == [
+        (UUID(cancelled), "enqueue"),
+        (UUID(cancelled), "remove"),
+    ]
+    _relay(rows[:-2])
+    Job.objects.filter(id=ready[0]).update(enqueued_at=timezone.now() - timedelta(seconds=120))
+
+    response = staff_api.get("/api/stats/")
+
+    assert response.status_code == 200
+    stats = response.json()
+    assert stats["jobs"] == {
+        "total": 10,
+        "by_status": {"queued": 6, "processing": 1, "completed": 1, "failed": 1, "cancelled": 1},
+        "by_queue": {
+            "default": {"queued": 4, "processing": 0, "completed": 0, "failed": 0, "cancelled": 0},
+            "bulk": {"queued": 2, "processing": 1, "completed": 1, "failed": 1, "cancelled": 1},
+        },
+    }
+    # Redis as the relayed rows left it. The last two outbox rows (the enqueue and
+    # the removal of the cancelled job) are pending; the claims went straight to
+    # PostgreSQL, so the FIFO list still holds the 2 bulk ids and the 3 claimed ones.
+    assert stats["redis"] == {
+        "default": {"priority": 3, "fifo": 0, "retry": 1},
+        "bulk": {"priority": 0, "fifo": 2 + 3, "retry": 0},
+    }
+    assert stats["redis_error"] is None
+    assert stats["outbox"]["pending"] == 2
+    assert stats["outbox"]["oldest_pending_age_seconds"] >= 0
+    assert 120 <= stats["oldest_queued_age_seconds"] < 180
+
+
+@pytest.mark.django_db
+def test_stats_of_an_empty_system(staff_api):
+    stats = staff_api.get("/api/stats/").json()
+
+    assert stats["jobs"]["total"] == 0
+    assert stats["jobs"]["by_queue"] == {"default": dict.fromkeys(stats["jobs"]["by_status"], 0)}
+    assert stats["oldest_queued_age_seconds"] is None
+    assert stats["outbox"] == {"pending": 0, "oldest_pending_age_seconds": None}
+    assert stats["redis"] == {"default": {"priority": 0, "fifo": 0, "retry": 0}}
+
+
+@pytest.mark.django_db
+def test_a_scheduled_job_is_not_counted_as_waiting(api, staff_api):
+    submit(api, delay_seconds=600)
+
+    assert staff_api.get("/api/stats/").json()["oldest_queued_age_seconds"] is None
+
+
+@pytest.mark.django_db
+def test_stats_are_for_staff_only(api, client):
+    assert api.get("/api/stats/").status_code == 403
+    assert client.get("/api/stats/").status_code == 401
+
+
+@pytest.mark.django_db
+def test_stats_still_answer_when_redis_does_not(staff_api, settings, monkeypatch):
+    settings.REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
+    monkeypatch.setattr(dispatch, "_client", None)  # the next get_client() uses the new URL
+
+    response = staff_api.get("/api/stats/")
+
+    assert response.status_code == 200
+    assert response.json()["redis"] is None
+    assert "ConnectionError" in response.json()["redis_error"]
+    assert response.json()["jobs"]["total"] == 0
+
+
+@pytest.mark.django_db
+def test_health_is_200_without_authentication(client):
+    response = client.get("/api/health/", HTTP_AUTHORIZATION="Token not-a-real-token")
+
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok", "checks": {"postgresql": "ok", "redis": "ok"}}
+
+
+@pytest.mark.django_db
+def test_health_is_503_naming_redis_when_it_does_not_answer(client, settings):
+    settings.REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
+
+    response = client.get("/api/health/")
+
+    assert response.status_code == 503
+    body = response.json()
+    assert body["status"] == "unavailable" and body["detail"] == "redis not answering"
+    assert body["checks"]["postgresql"] == "ok"
+    assert "Connection refused" in body["checks"]["redis"] or "Error" in body["checks"]["redis"]
+
+
+def test_health_is_503_naming_postgresql_when_it_does_not_answer():
+    result = run_in_child(
+        """
+        response = client.get("/api/health/")
+        print(json.dumps({"status": response.status_code, "body": response.json()}))
+        """,
+        DATABASE_URL=f"postgres://postgres@127.0.0.1:{closed_port()}/jobs",
+        DATABASE_POOL_TIMEOUT="2",
+    )
+
+    assert result["status"] == 503
+    assert result["body"]["detail"] == "postgresql not answering"
+    assert result["body"]["checks"]["redis"] == "ok"
+    assert result["body"]["checks"]["postgresql"] != "ok"
