@@ -19,7 +19,7 @@ from datetime import timedelta
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import F, QuerySet
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -32,7 +32,7 @@ from queue_app.exceptions import JobNotFound, TransitionNotAllowed
 from queue_app.handlers import registered_types
 from queue_app.models import Job, JobLog, OutboxMessage
 from queue_app.pagination import EstimatedCountPaginator
-from queue_app.search import ILike, full_id, job_search_filter, search_words, words_pattern
+from queue_app.search import job_search_filter, log_search_filter, search_words
 
 EXCERPT_LENGTH = 80
 DASHBOARD_REFRESH_SECONDS = 10
@@ -388,13 +388,9 @@ class JobLogAdmin(HistoryAdmin):
         css = {"all": ("queue_app/admin.css",)}
 
     def get_search_results(self, request, queryset, search_term):
-        words = search_words(search_term)
-        if not words:
+        if not search_words(search_term):
             return queryset, False
-        ids = [full_id(word) for word in words]
-        if all(ids):
-            return queryset.filter(job_id__in=ids), False
-        return queryset.filter(ILike(F("message"), words_pattern(words))), False
+        return queryset.filter(log_search_filter(search_term)), False
 
     # Not named "job": a relation in list_display would join the job table.
     @admin.display(description="job")

@@ -93,3 +93,12 @@ def job_search_filter(search_term: str) -> Q:
         ~Q(last_error="") & Q(ILike(F("last_error"), words_pattern(words)))
     )
     return matches | Q(id__range=id_range) if id_range is not None else matches
+
+
+def log_search_filter(search_term: str) -> Q:
+    """Whole job ids find those jobs' trails (the foreign-key index); other words, messages."""
+    words = search_words(search_term)
+    ids = [full_id(word) for word in words]
+    if all(ids):
+        return Q(job_id__in=ids)
+    return Q(ILike(F("message"), words_pattern(words)))

@@ -1,0 +1,108 @@
+"""Admin actions go through the services, one job at a time, and report what they changed."""
+
+from __future__ import annotations
+
+import pytest
+
+from queue_app.models import Job, JobLog, OutboxMessage
+from tests.admin.conftest import changelist, make_job
+
+pytestmark = pytest.mark.django_db
+
+
+def run_action(client, action: str, jobs, *, query: str = "", select_across: bool = False):
+    response = client.post(
+        changelist(query),
+        {
+            "action": action,
+            "_selected_action": [str(job.id) for job in jobs],
+            "select_across": "1" if select_across else "0",
+            "index": "0",
+        },
+        follow=True,
+    )
+    assert response.status_code == 200
+    return [str(message) for message in response.context["messages"]]
+
+
+def status_of(job) -> str:
+    return Job.objects.values_list("status", flat=True).get(id=job.id)
+
+
+def test_cancel_changes_live_jobs_and_skips_finished_ones(admin_client):
+    queued, processing, completed = make_job("queued"), make_job("processing"), make_job("completed")
+    messages = run_action(admin_client, "cancel_selected", [queued, processing, completed])
+    assert messages == [
+        "Cancelled 2 jobs.",
+        "Skipped 1 job: cannot cancel a job that is completed (1).",
+    ]
+    assert (status_of(queued), status_of(processing), status_of(completed)) == (
+        "cancelled",
+        "cancelled",
+        "completed",
+    )
+    entry = JobLog.objects.filter(job=queued, event="cancelled").get()
+    assert entry.message == "cancelled in the admin by admin"
+    removals = OutboxMessage.objects.filter(action="remove").values_list("job_id", flat=True)
+    assert set(removals) == {queued.id, processing.id}
+
+
+def test_retry_requeues_failed_and_cancelled_jobs(admin_client):
+    failed, cancelled, queued = make_job("failed"), make_job("cancelled"), make_job("queued")
+    messages = run_action(admin_client, "retry_selected", [failed, cancelled, queued])
+    assert messages == ["Retried 2 jobs.", "Skipped 1 job: cannot retry a job that is queued (1)."]
+    assert {status_of(failed), status_of(cancelled), status_of(queued)} == {"queued"}
+    assert JobLog.objects.filter(job=failed, event="retried").get().message == "retried in the admin by admin"
+    enqueued = OutboxMessage.objects.filter(action="enqueue", job__in=[failed, cancelled])
+    # One enqueue intent from the original submission, one from the retry.
+    assert enqueued.filter(job=failed).count() == 2 and enqueued.filter(job=cancelled).count() == 2
+    refreshed = Job.objects.get(id=failed.id)
+    assert refreshed.max_attempts >= refreshed.attempts + 1
+
+
+def test_reenqueue_pushes_queued_jobs_again(admin_client):
+    queued, failed = make_job("queued"), make_job("failed")
+    before = OutboxMessage.objects.filter(job=queued).count()
+    messages = run_action(admin_client, "reenqueue_selected", [queued, failed])
+    assert messages == ["Re-enqueued 1 job.", "Skipped 1 job: cannot re-enqueue a job that is failed (1)."]
+    assert OutboxMessage.objects.filter(job=queued).count() == before + 1
+    assert JobLog.objects.filter(job=queued, event="reenqueued").exists()
+    assert status_of(failed) == "failed"
+
+
+def test_action_on_nothing_applicable_says_so(admin_client):
+    completed = make_job("completed")
+    messages = run_action(admin_client, "retry_selected", [completed])
+    assert messages == ["Retried 0 jobs.", "Skipped 1 job: cannot retry a job that is completed (1)."]
+
+
+def test_select_across_applies_to_every_job_matching_the_filter(admin_client):
+    failed = [make_job("failed") for _ in range(3)]
+    completed = make_job("completed")
+    messages = run_action(
+        admin_client, "retry_selected", failed[:1], query="status__exact=failed", select_across=True
+    )
+    assert messages == ["Retried 3 jobs."]
+    assert {status_of(job) for job in failed} == {"queued"}
+    assert status_of(completed) == "completed"
+
+
+def test_actions_need_change_permission(user_client):
+    queued = make_job("queued")
+    viewer = user_client("view_job")
+    response = viewer.get(changelist())
+    assert response.status_code == 200
+    assert response.context["action_form"] is None or not [
+        name for name, _ in response.context["action_form"].fields["action"].choices if name
+    ]
+    viewer.post(
+        changelist(), {"action": "cancel_selected", "_selected_action": [str(queued.id)], "index": "0"}
+    )
+    assert status_of(queued) == "queued"
+
+    operator = user_client("view_job", "change_job", username="changer")
+    offered = {name for name, _ in operator.get(changelist()).context["action_form"].fields["action"].choices}
+    assert {"cancel_selected", "retry_selected", "reenqueue_selected"} <= offered
+    assert "delete_selected" not in offered
+    assert run_action(operator, "cancel_selected", [queued]) == ["Cancelled 1 job."]
+    assert status_of(queued) == "cancelled"

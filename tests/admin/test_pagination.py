@@ -1,0 +1,68 @@
+"""Counting that stays cheap at any size: the planner's estimate first, a capped count for small results."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+from queue_app.admin import JobAdmin
+from queue_app.models import Job
+from queue_app.pagination import EstimatedCountPaginator, count_rows, estimated_count
+from tests.admin.conftest import changelist, make_job
+
+pytestmark = pytest.mark.django_db
+
+
+def analyze() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE jobs")
+
+
+def test_small_results_are_counted_exactly():
+    for _ in range(3):
+        make_job()
+    make_job("failed")
+    assert count_rows(Job.objects.all(), limit=10) == (4, False)
+    assert count_rows(Job.objects.filter(status="failed"), limit=10) == (1, False)
+    assert count_rows(Job.objects.filter(status="cancelled"), limit=10) == (0, False)
+
+
+def test_large_results_take_the_planners_estimate():
+    for _ in range(12):
+        make_job()
+    analyze()
+    assert estimated_count(Job.objects.all()) == 12
+    assert count_rows(Job.objects.all(), limit=5) == (12, True)
+    rows, is_estimate = count_rows(Job.objects.filter(status="queued"), limit=5)
+    assert is_estimate and rows > 5
+
+
+def test_stale_statistics_never_mean_an_unbounded_count():
+    analyze()  # statistics of an empty table
+    for _ in range(12):
+        make_job()
+    # The planner still expects no rows, so the count runs, and stops after limit + 1.
+    assert count_rows(Job.objects.all(), limit=5) == (6, True)
+
+
+def test_pages_stop_at_max_pages():
+    for _ in range(12):
+        make_job()
+    paginator = EstimatedCountPaginator(Job.objects.order_by("-created_at", "-id"), per_page=2)
+    paginator.max_pages = 3
+    assert (paginator.count, paginator.is_estimate) == (12, False)
+    assert paginator.num_pages == 3 and paginator.is_truncated
+    assert len(paginator.page(3).object_list) == 2
+
+
+def test_change_list_says_about_for_an_estimate(admin_client, monkeypatch):
+    for _ in range(12):
+        make_job()
+    analyze()
+    monkeypatch.setattr(EstimatedCountPaginator, "exact_count_limit", 5)
+    monkeypatch.setattr(JobAdmin, "list_per_page", 5)
+    html = admin_client.get(changelist()).content.decode()
+    assert '<span class="result-count">about 12 jobs</span>' in html
+    monkeypatch.setattr(EstimatedCountPaginator, "exact_count_limit", 100)
+    html = admin_client.get(changelist()).content.decode()
+    assert '<span class="result-count">12 jobs</span>' in html
