@@ -33,6 +33,7 @@ from queue_app.handlers import registered_types
 from queue_app.models import Job, JobLog, OutboxMessage
 from queue_app.pagination import EstimatedCountPaginator
 from queue_app.search import job_search_filter, log_search_filter, search_words
+from queue_app.states import Status
 
 EXCERPT_LENGTH = 80
 DASHBOARD_REFRESH_SECONDS = 10
@@ -279,9 +280,14 @@ class JobAdmin(HistoryAdmin):
 
     @admin.display(description="duration")
     def duration(self, job: Job) -> str:
+        """Of the last attempt: finished, or still running; a job queued again has none yet."""
         if job.started_at is None:
             return "-"
-        return human_duration((job.completed_at or timezone.now()) - job.started_at)
+        if job.status == Status.PROCESSING:
+            return human_duration(timezone.now() - job.started_at) + " so far"
+        if job.completed_at is None:
+            return "-"
+        return human_duration(job.completed_at - job.started_at)
 
     @admin.display(description="last error")
     def error_excerpt(self, job: Job) -> str:

@@ -24,6 +24,7 @@ POSTGRES_COLOUR = "#336791"
 REDIS_COLOUR = "#d82c20"
 AXIS_COLOUR = "#9ca3af"
 FONT = 'font-family="system-ui, sans-serif" font-size="11"'
+LEGEND_STEP = 150
 
 
 @dataclass(frozen=True)
@@ -60,13 +61,32 @@ def _svg(width: int, height: int, label: str, body: SafeString) -> SafeString:
     )
 
 
-def grouped_bars(groups: Sequence[BarGroup], *, label: str, width: int = 480) -> SafeString:
-    """Horizontal bars, one row per bar, grouped under their group's label; a common linear scale."""
+def _legend(series: Sequence[tuple[str, str]], *, right: int) -> SafeString:
+    """Colour keys in one row, ending at ``right``."""
+    return format_html_join(
+        "",
+        '<rect x="{}" y="0" width="10" height="10" fill="{}"></rect>'
+        '<text x="{}" y="9" ' + FONT + ' fill="#374151">{}</text>',
+        (
+            (start + i * LEGEND_STEP, colour, start + 14 + i * LEGEND_STEP, name)
+            for i, (name, colour) in enumerate(series)
+            for start in [right - LEGEND_STEP * len(series)]
+        ),
+    )
+
+
+def grouped_bars(
+    groups: Sequence[BarGroup], *, label: str, legend: Sequence[tuple[str, str]] = (), width: int = 480
+) -> SafeString:
+    """Horizontal bars, one row per bar, grouped under their group's label; a common linear scale.
+
+    ``legend`` = (name, colour) keys drawn above the bars, for groups of several bars.
+    """
     label_width, value_width, bar_height, gap = 110, 70, 14, 4
     scale_width = width - label_width - value_width
     peak = max((bar.value for group in groups for bar in group.bars), default=0) or 1
-    parts: list[SafeString] = []
-    y = 4
+    parts: list[SafeString] = [_legend(legend, right=width)] if legend else []
+    y = 20 if legend else 4
     for group in groups:
         parts.append(
             format_html(
@@ -78,14 +98,15 @@ def grouped_bars(groups: Sequence[BarGroup], *, label: str, width: int = 480) ->
         )
         for bar in group.bars:
             length = round(scale_width * bar.value / peak, 1)
+            name = f"{group.label} {bar.label}".strip()
             parts.append(
                 format_html(
                     '<g class="bar" data-label="{}" data-value="{}"><title>{}: {}</title>'
                     '<rect x="{}" y="{}" width="{}" height="{}" rx="2" fill="{}"></rect>'
                     '<text x="{}" y="{}" {} fill="#374151" dominant-baseline="middle">{}</text></g>',
-                    f"{group.label} {bar.label}".strip(),
+                    name,
                     bar.value,
-                    f"{group.label} {bar.label}".strip(),
+                    name,
                     f"{bar.value:,}",
                     label_width,
                     y,
@@ -95,7 +116,7 @@ def grouped_bars(groups: Sequence[BarGroup], *, label: str, width: int = 480) ->
                     label_width + length + 4,
                     y + bar_height / 2,
                     mark_safe(FONT),
-                    f"{bar.value:,}" + (f" {bar.label}" if bar.label else ""),
+                    f"{bar.value:,}",
                 )
             )
             y += bar_height + gap
@@ -178,14 +199,4 @@ def stacked_columns(
                     column.label,
                 )
             )
-    legend = format_html_join(
-        "",
-        '<rect x="{}" y="0" width="10" height="10" fill="{}"></rect>'
-        '<text x="{}" y="9" ' + FONT + ' fill="#374151">{}</text>',
-        (
-            (start + i * 95, colour, start + 14 + i * 95, name)
-            for i, (name, colour) in enumerate(series)
-            for start in [width - 95 * len(series)]
-        ),
-    )
-    return _svg(width, height, label, mark_safe("".join(parts) + legend))
+    return _svg(width, height, label, mark_safe("".join(parts) + _legend(series, right=width)))

@@ -326,7 +326,11 @@ def depth_chart(snap: Snapshot) -> str:
         if queue.redis_total is not None:
             bars.append(charts.Bar("ids in Redis", queue.redis_total, charts.REDIS_COLOUR))
         groups.append(charts.BarGroup(queue.name, bars))
-    return charts.grouped_bars(groups, label="Queued jobs in PostgreSQL and ids in Redis, per queue")
+    return charts.grouped_bars(
+        groups,
+        label="Queued jobs in PostgreSQL and ids in Redis, per queue",
+        legend=[("queued in PostgreSQL", charts.POSTGRES_COLOUR), ("ids in Redis", charts.REDIS_COLOUR)],
+    )
 
 
 def throughput_chart(snap: Snapshot) -> str:

@@ -10,6 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from queue_app import services
 from queue_app.handlers import registered_types
 from queue_app.models import Job
 from tests.admin.conftest import changelist, listed_ids, make_job
@@ -213,3 +214,13 @@ def test_log_and_outbox_lists(admin_client):
         list(admin_client.get("/admin/queue_app/outboxmessage/?state=dispatched").context["cl"].result_list)
         == []
     )
+
+
+def test_duration_is_of_the_last_attempt(admin_client):
+    running = make_job("processing")
+    requeued = make_job("failed")
+    services.retry_job(requeued.id)
+    html = admin_client.get(changelist(f"q={running.id}")).content.decode()
+    assert cell(html, "duration").endswith(" so far")
+    html = admin_client.get(changelist(f"q={requeued.id}")).content.decode()
+    assert cell(html, "duration") == "-"
