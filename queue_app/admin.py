@@ -15,7 +15,7 @@ import json
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
@@ -72,6 +72,23 @@ def human_duration(delta: timedelta | None) -> str:
     if seconds < 86400:
         return f"{seconds // 3600:.0f} h {seconds % 3600 // 60:.0f} min"
     return f"{seconds // 86400:.0f} d {seconds % 86400 // 3600:.0f} h"
+
+
+def precise_time(value: datetime | None) -> str:
+    """To the millisecond: a job's steps are often less than a second apart."""
+    if value is None:
+        return "-"
+    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def timestamp_field(name: str, description: str):
+    """A read-only display of the ``name`` timestamp with precise_time."""
+
+    @admin.display(description=description)
+    def display(self, obj) -> str:
+        return precise_time(getattr(obj, name))
+
+    return display
 
 
 def pretty_json(value) -> str:
@@ -167,8 +184,9 @@ class JobLogInline(admin.TabularInline):
     """The job's trail, oldest first, read-only."""
 
     model = JobLog
-    fields = ("created_at", "level", "event", "message", "extra")
+    fields = ("logged_at", "level", "event", "message", "extra")
     readonly_fields = fields
+    logged_at = timestamp_field("created_at", "time")
     ordering = ("created_at", "id")
     extra = 0
     max_num = 0
@@ -234,25 +252,26 @@ class JobAdmin(HistoryAdmin):
         "payload_json",
         "result_json",
         "error_text",
+        "created",
+        "ready_at",
+        "retry_at",
+        "started",
+        "completed",
+        "lease_expires",
     )
     fieldsets = (
         (None, {"fields": ("id", "type", "queue", "priority", "status_badge", "owner")}),
-        ("Attempts", {"fields": ("attempts_of_max", "worker_id", "lease_expires_at")}),
-        (
-            "Timing",
-            {
-                "fields": (
-                    "created_at",
-                    "enqueued_at",
-                    "next_retry_at",
-                    "started_at",
-                    "completed_at",
-                    "duration",
-                )
-            },
-        ),
+        ("Attempts", {"fields": ("attempts_of_max", "worker_id", "lease_expires")}),
+        ("Timing", {"fields": ("created", "ready_at", "retry_at", "started", "completed", "duration")}),
         ("Data", {"fields": ("payload_json", "result_json", "error_text", "idempotency_key")}),
     )
+
+    created = timestamp_field("created_at", "created at")
+    ready_at = timestamp_field("enqueued_at", "ready since (orders it within its priority)")
+    retry_at = timestamp_field("next_retry_at", "waits until")
+    started = timestamp_field("started_at", "last attempt started at")
+    completed = timestamp_field("completed_at", "finished at")
+    lease_expires = timestamp_field("lease_expires_at", "lease expires at")
 
     class Media:
         css = {"all": ("queue_app/admin.css",)}
