@@ -65,10 +65,10 @@ CREATE_ERRORS = {
 }
 IDEMPOTENCY_KEY_HEADER = OpenApiParameter(
     IDEMPOTENCY_HEADER,
-    str,
+    {"type": "string", "minLength": 1, "maxLength": 255},
     OpenApiParameter.HEADER,
     required=False,
-    description="Alternative to the idempotency_key field (up to 255 characters).",
+    description="Alternative to the idempotency_key field.",
 )
 
 
@@ -267,7 +267,12 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     @extend_schema(
         summary="A job's log trail",
         description="Every transition and decision, oldest first.",
-        responses={200: JobLogSerializer(many=True), **NOT_FOUND, **AUTH_ERRORS},
+        responses={
+            200: JobLogSerializer(many=True),
+            400: _error("Invalid cursor or page size."),
+            **NOT_FOUND,
+            **AUTH_ERRORS,
+        },
     )
     @action(detail=True, methods=["get"], pagination_class=JobLogPagination, filterset_class=None)
     def logs(self, request: Request, pk: str | None = None) -> Response:

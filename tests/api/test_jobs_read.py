@@ -208,3 +208,11 @@ def test_logs_paginate(api):
         url = page["next"]
 
     assert events == ["enqueued"] + ["cancelled", "retried"] * 4
+
+
+@pytest.mark.django_db
+def test_invalid_log_page_parameters_are_400(api):
+    job_id = submit(api).json()["id"]
+
+    assert api.get(f"/api/jobs/{job_id}/logs/?cursor=zzz").status_code == 400
+    assert api.get(f"/api/jobs/{job_id}/logs/?page_size=0").status_code == 400
