@@ -8,6 +8,8 @@
   function refresh() {
     fetch(body.dataset.fragmentUrl, { credentials: "same-origin", headers: { "Accept": "text/html" } })
       .then(function (response) {
+        // Sent to the login page: the session ended; reload to show it.
+        if (response.redirected) { window.location.reload(); throw new Error("signed out"); }
         if (!response.ok) { throw new Error("HTTP " + response.status); }
         return response.text();
       })
