@@ -41,7 +41,7 @@ from datetime import datetime
 
 import redis
 import structlog
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, connection, reset_queries
 
 from queue_app import dispatch, services
 from queue_app.conf import queue_settings
@@ -101,11 +101,14 @@ SELECT j.id::text, j.queue, j.priority, j.enqueued_at, j.next_retry_at,
  ORDER BY j.id
 """
 
+# One primary-key probe per id. (With "id = ANY(array)" the planner prefers a
+# full scan of the table once the array is large, for every chunk; the LIMIT
+# keeps the lateral subquery from being flattened into such a join.)
 _KNOWN_IDS_SQL = """
 SELECT j.id::text, j.status, j.queue,
        EXISTS (SELECT 1 FROM job_outbox o WHERE o.job_id = j.id AND o.dispatched_at IS NULL)
-  FROM jobs j
- WHERE j.id = ANY(%s::uuid[])
+  FROM unnest(%s::uuid[]) AS wanted(id)
+ CROSS JOIN LATERAL (SELECT id, status, queue FROM jobs WHERE jobs.id = wanted.id LIMIT 1) AS j
 """
 
 _EXPIRED_PAGE_SQL = """
@@ -128,6 +131,16 @@ def _canonical_id(value: str) -> str | None:
         return str(uuid.UUID(value))
     except ValueError:
         return None
+
+
+def _fetch(sql: str, params) -> list[tuple]:
+    # Under DEBUG, Django keeps every statement (here with arrays of thousands of
+    # ids) in connection.queries until a request ends, which never happens in a
+    # long-running command: clear it, or memory grows with every page.
+    reset_queries()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
 
 
 @dataclass(frozen=True)
@@ -271,9 +284,8 @@ class Reconciler:
     def _stale(self, ids: list[str], *, queue: str, structure: str, expected: bool) -> list[str]:
         """The ids among ``ids`` (found in ``structure`` of ``queue``) that must go."""
         valid = {value: _canonical_id(value) for value in ids}
-        with connection.cursor() as cursor:
-            cursor.execute(_KNOWN_IDS_SQL, [list({job_id for job_id in valid.values() if job_id})])
-            known = {row[0]: row[1:] for row in cursor.fetchall()}
+        rows = _fetch(_KNOWN_IDS_SQL, [list({job_id for job_id in valid.values() if job_id})])
+        known = {row[0]: row[1:] for row in rows}
         doomed = []
         for value in dict.fromkeys(ids):
             row = known.get(valid[value]) if valid[value] else None
@@ -399,11 +411,7 @@ class Reconciler:
         after = None
         while not self.stopping:
             condition = "AND id > %(after)s" if after is not None else ""
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    sql.format(after=condition), {**params, "after": after, "limit": self.batch_size}
-                )
-                rows = cursor.fetchall()
+            rows = _fetch(sql.format(after=condition), {**params, "after": after, "limit": self.batch_size})
             if rows:
                 yield rows
             if len(rows) < self.batch_size:
