@@ -410,7 +410,7 @@ class Reconciler:
         statement, so no snapshot is held for the whole run."""
         after = None
         while not self.stopping:
-            condition = "AND id > %(after)s" if after is not None else ""
+            condition = "AND id > %(after)s::uuid" if after is not None else ""
             rows = _fetch(sql.format(after=condition), {**params, "after": after, "limit": self.batch_size})
             if rows:
                 yield rows
