@@ -182,6 +182,9 @@ JOBQUEUE = {
     key.removeprefix("JOBQUEUE_"): value for key, value in os.environ.items() if key.startswith("JOBQUEUE_")
 }
 
+# Fault injection for tests and the chaos run only (queue_app/failpoints.py).
+FAILPOINTS = os.environ.get("JOBSITE_FAILPOINTS", "")
+
 LOG_FORMAT = os.environ.get("LOG_FORMAT", "console" if sys.stderr.isatty() else "json")
 LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO").upper()
 

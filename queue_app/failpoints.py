@@ -1,6 +1,6 @@
 """Named crash points for fault-injection tests and the chaos run.
 
-``JOBQUEUE_FAILPOINTS="relay.after_push=kill"`` makes the process SIGKILL
+``JOBSITE_FAILPOINTS="relay.after_push=kill"`` makes the process SIGKILL
 itself the first time it reaches that point; ``=kill@0.2`` does so with
 probability 0.2 at each hit. Unset (the default), ``hit`` does nothing.
 """
@@ -12,11 +12,13 @@ import random
 import signal
 from functools import cache
 
+from django.conf import settings
+
 
 @cache
 def _armed() -> dict[str, float]:
     points = {}
-    for item in filter(None, os.environ.get("JOBQUEUE_FAILPOINTS", "").split(",")):
+    for item in filter(None, getattr(settings, "FAILPOINTS", "").split(",")):
         name, _, action = item.partition("=")
         _, _, probability = action.partition("@")
         points[name.strip()] = float(probability or 1.0)

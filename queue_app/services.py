@@ -201,8 +201,11 @@ def enqueue_jobs(requests: Sequence[JobRequest], *, owner=None) -> list[Job]:
             )
             OutboxMessage.objects.bulk_create(_ready_intent(job) for job in fresh)
             _notify_relay()
-    for job in fresh:
+    if len(fresh) == 1:
+        job = fresh[0]
         log.info("job_enqueued", job_id=str(job.id), type=job.type, queue=job.queue, priority=job.priority)
+    elif fresh:
+        log.info("jobs_enqueued", count=len(fresh))
     return jobs
 
 
@@ -272,7 +275,7 @@ def claim_jobs(ids: Sequence[str], *, worker_id: str) -> list[ClaimedJob]:
         return []
     lease = queue_settings().LEASE_SECONDS
     valid_ids = [str(pk) for pk in selectors.valid_ids(ids)]
-    with transaction.atomic(), connection.cursor() as cursor:
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
         cursor.execute(_CLAIM_SQL, {"ids": valid_ids, "worker": worker_id, "lease": lease})
         rows = cursor.fetchall()
     # Run in pop order (priority, then age); RETURNING order is unspecified.
@@ -289,6 +292,8 @@ def claim_jobs(ids: Sequence[str], *, worker_id: str) -> list[ClaimedJob]:
         )
         for row in rows
     ]
+    if claimed:
+        log.info("jobs_claimed", count=len(claimed), worker=worker_id)
     if len(claimed) < len(set(ids)):
         _log_unclaimed(set(ids) - {job.id for job in claimed})
     return claimed
@@ -337,16 +342,17 @@ def complete_jobs(completions: Sequence[Completion]) -> set[str]:
     if not completions:
         return set()
     rows = [{"id": c.job_id, "attempt": c.attempt, "result": c.result} for c in completions]
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         with connection.cursor() as cursor:
             cursor.execute(_COMPLETE_SQL, {"rows": json.dumps(rows)})
             done = {str(row[0]) for row in cursor.fetchall()}
         fenced = [c for c in completions if c.job_id not in done]
         if fenced:
             _record_fenced(fenced, "completion_fenced")
-    for c in completions:
-        if c.job_id in done:
-            log.info("job_completed", job_id=c.job_id, attempt=c.attempt)
+    for job_id in done:
+        log.debug("job_completed", job_id=job_id)
+    if done:
+        log.info("jobs_completed", count=len(done))
     return done
 
 

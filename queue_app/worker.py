@@ -67,6 +67,7 @@ class Worker:
         self.shutdown_deadline: float | None = None
         self._last_promote = 0.0
         self._limit = 0.0
+        self._parent_pid = os.getppid()
         self.processed = 0
 
     # --- signals ------------------------------------------------------------
@@ -163,11 +164,14 @@ class Worker:
 
     def _step(self) -> bool:
         """One round: flush, promote, pop, claim, run. False when a burst worker is done."""
-        self._flush_completions()
+        if self.report is not None and os.getppid() != self._parent_pid:
+            log.warning("supervisor_gone", worker=self.worker_id)
+            return False  # orphaned: stop cleanly rather than run unsupervised
         client = dispatch.get_client()
         self._promote_due(client)
         ids = dispatch.pop_ready(client, self.modes, self.batch_size)
         if not ids:
+            self._flush_completions()
             if self.burst and not self.held and not selectors.has_queued(self.queues):
                 return False
             ids = dispatch.wait_ready(client, self.modes, self.poll_seconds)
@@ -179,7 +183,11 @@ class Worker:
         return True
 
     def _process(self, ids: list[str]) -> None:
-        claimed = services.claim_jobs(ids, worker_id=self.worker_id)
+        # The previous batch's completions and this claim share one commit.
+        with transaction.atomic():
+            written = self._write_completions()
+            claimed = services.claim_jobs(ids, worker_id=self.worker_id)
+        self._forget(written)
         unclaimed = set(ids) - {job.id for job in claimed}
         if unclaimed:
             self._put_back_not_due(unclaimed)
@@ -193,7 +201,6 @@ class Worker:
                 break
             self.run_job(job)
             self.processed += 1
-        self._flush_completions()
 
     def _put_back_not_due(self, ids: set[str]) -> None:
         """Ids promoted a little early (clocks differ) go back to the retry set."""
@@ -249,7 +256,7 @@ class Worker:
         self._report_state()
         token = _current_job.set(job)
         started = time.monotonic()
-        log.info("job_started", job_id=job.id, type=job.type, attempt=job.attempt, worker=self.worker_id)
+        log.debug("job_started", job_id=job.id, type=job.type, attempt=job.attempt, worker=self.worker_id)
         try:
             try:
                 self._arm_timer()
@@ -277,7 +284,7 @@ class Worker:
             _current_job.reset(token)
             self.current = None
             self._report_state()
-            log.info(
+            log.debug(
                 "job_finished",
                 job_id=job.id,
                 attempt=job.attempt,
@@ -313,15 +320,24 @@ class Worker:
         services.hand_back_job(job.id, job.attempt, worker_id=self.worker_id, reason=reason)
         self.held.pop(job.id, None)
 
-    def _flush_completions(self) -> None:
-        """Write batched completions; on an outage they stay pending and are retried."""
-        if not self.completions:
-            return
-        pending = self.completions
-        services.complete_jobs(pending)
-        self.completions = []
-        for completion in pending:
+    def _write_completions(self) -> list[Completion]:
+        """Write batched completions (the caller commits); returns what was written."""
+        pending = list(self.completions)
+        if pending:
+            services.complete_jobs(pending)
+        return pending
+
+    def _forget(self, written: list[Completion]) -> None:
+        """After the commit: the jobs are settled. On an outage nothing is forgotten and
+        the completions are written on the next try."""
+        self.completions = self.completions[len(written) :]
+        for completion in written:
             self.held.pop(completion.job_id, None)
+
+    def _flush_completions(self) -> None:
+        with transaction.atomic():
+            written = self._write_completions()
+        self._forget(written)
 
     # --- start-up and shutdown ------------------------------------------------------
 

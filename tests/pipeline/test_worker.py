@@ -11,6 +11,7 @@ from queue_app import services
 from queue_app.models import Job, JobLog
 from queue_app.services import JobRequest, claim_jobs, enqueue_job, enqueue_jobs
 from tests.helpers import relay_all, run_worker
+from tests.probe.jobs import RUN_ORDER
 from tests.probe.models import Effect, Execution
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -175,16 +176,16 @@ def test_ten_thousand_mixed_jobs_drain_by_tier_then_fifo(queue_config):
     queue_config(WORKER_BATCH_SIZE=100)
     rng = random.Random(7)
     requests = [
-        JobRequest(type="probe.run", priority=rng.choice(["high", "medium", "low"])) for _ in range(10_000)
+        JobRequest(type="probe.order", priority=rng.choice(["high", "medium", "low"])) for _ in range(10_000)
     ]
     jobs = []
     for start in range(0, len(requests), 1000):
         jobs += enqueue_jobs(requests[start : start + 1000])
     tier = {"high": 0, "medium": 1, "low": 2}
     expected = [
-        job.id for _, job in sorted(enumerate(jobs), key=lambda item: (tier[item[1].priority], item[0]))
+        str(job.id) for _, job in sorted(enumerate(jobs), key=lambda item: (tier[item[1].priority], item[0]))
     ]
+    RUN_ORDER.clear()
     run_worker()
-    ran = list(Execution.objects.order_by("id").values_list("job_id", flat=True))
-    assert ran == expected
+    assert RUN_ORDER == expected
     assert Job.objects.filter(status="completed").count() == 10_000

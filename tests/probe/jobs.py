@@ -47,3 +47,24 @@ def fail(payload):
     """Always raises, with a short backoff so tests see every attempt."""
     _started()
     raise RuntimeError("probe failure")
+
+
+# Filled by ``probe.order`` when the worker runs in the test's own process.
+RUN_ORDER: list[str] = []
+
+
+@job_handler("probe.order")
+def order(payload):
+    """Record the order in which an in-process worker runs jobs (no database write)."""
+    RUN_ORDER.append(current_job().id)
+
+
+@job_handler("probe.stubborn", time_limit=1, max_attempts=1)
+def stubborn(payload):
+    """Swallows the soft time limit: only the supervisor's hard kill stops it."""
+    _started()
+    while True:
+        try:
+            time.sleep(60)
+        except Exception:  # noqa: BLE001, S110 - ignoring the limit is the point
+            continue

@@ -1,0 +1,141 @@
+"""Real worker and relay processes: signals, hard time limits, crash windows, volume."""
+
+import signal
+import subprocess
+
+import pytest
+
+from queue_app.models import Job, OutboxMessage
+from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
+from tests.helpers import child_env, manage, relay_all, wait_until
+from tests.probe.models import Execution
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
+
+
+def status_of(job) -> str:
+    return Job.objects.values_list("status", flat=True).get(id=job.id)
+
+
+def stop(process: subprocess.Popen, sig=signal.SIGTERM, timeout: float = 60) -> int:
+    if process.poll() is None:
+        process.send_signal(sig)
+    return process.wait(timeout=timeout)
+
+
+@pytest.fixture
+def processes():
+    started: list[subprocess.Popen] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_sigterm_lets_the_running_job_finish(processes):
+    job = enqueue_job("probe.run", {"sleep": 1.5})
+    relay_all()
+    worker = manage("runworker", stderr=subprocess.DEVNULL)
+    processes.append(worker)
+    wait_until(lambda: status_of(job) == "processing", message="job to start")
+    assert stop(worker) == 0
+    assert status_of(job) == "completed"
+
+
+def test_sigterm_past_the_grace_period_hands_the_job_back(processes):
+    job = enqueue_job("probe.run", {"sleep": 60})
+    relay_all()
+    worker = manage(
+        "runworker", env=child_env(JOBQUEUE_SHUTDOWN_GRACE_SECONDS="0.5"), stderr=subprocess.DEVNULL
+    )
+    processes.append(worker)
+    wait_until(lambda: status_of(job) == "processing", message="job to start")
+    assert stop(worker) == 0
+    job.refresh_from_db()
+    assert job.status == "queued" and job.attempts == 0 and job.worker_id == ""
+    assert OutboxMessage.objects.filter(job=job, action="enqueue", dispatched_at__isnull=True).exists()
+
+
+def test_handler_that_swallows_the_soft_limit_is_killed_and_the_worker_goes_on(processes):
+    stubborn = enqueue_job("probe.stubborn")
+    after = enqueue_job("demo.echo", {"after": True})
+    relay_all()
+    worker = manage(
+        "runworker", env=child_env(JOBQUEUE_HARD_TIME_LIMIT_GRACE_SECONDS="1"), stderr=subprocess.DEVNULL
+    )
+    relay = manage("runrelay", stderr=subprocess.DEVNULL)  # re-sends the handed-back job
+    processes.extend([worker, relay])
+    wait_until(lambda: status_of(after) == "completed", timeout=60, message="the next job to run")
+    stubborn.refresh_from_db()
+    assert stubborn.status == "failed" and "process killed" in stubborn.last_error
+    stop(worker)
+
+
+def test_job_committed_before_a_crash_runs_once_a_relay_runs(processes):
+    # The enqueuing process commits and dies before any relay ran.
+    script = (
+        "import django, os, signal; django.setup();"
+        "from queue_app.services import enqueue_job;"
+        "print(enqueue_job('probe.run').id, flush=True);"
+        "os.kill(os.getpid(), signal.SIGKILL)"
+    )
+    import sys
+
+    crashed = subprocess.run(
+        [sys.executable, "-c", script], env=child_env(), capture_output=True, text=True, timeout=60
+    )
+    assert crashed.returncode == -signal.SIGKILL
+    job_id = crashed.stdout.strip()
+    relay = manage("runrelay", stderr=subprocess.DEVNULL)
+    worker = manage("runworker", stderr=subprocess.DEVNULL)
+    processes.extend([relay, worker])
+    wait_until(lambda: Job.objects.filter(id=job_id, status="completed").exists(), message="job to complete")
+    assert Execution.objects.filter(job_id=job_id).count() == 1
+
+
+def test_relay_killed_between_push_and_mark_resends_and_each_job_runs_once(processes):
+    jobs = enqueue_jobs([JobRequest(type="probe.run") for _ in range(50)])
+    doomed = manage(
+        "runrelay", env=child_env(JOBSITE_FAILPOINTS="relay.after_push=kill"), stderr=subprocess.DEVNULL
+    )
+    assert doomed.wait(timeout=60) == -signal.SIGKILL
+    # Pushed to Redis, but still undispatched in PostgreSQL: the next relay re-sends.
+    assert OutboxMessage.objects.filter(dispatched_at__isnull=True).count() == 50
+    relay = manage("runrelay", stderr=subprocess.DEVNULL)
+    worker = manage("runworker", stderr=subprocess.DEVNULL)
+    processes.extend([relay, worker])
+    wait_until(lambda: Job.objects.filter(status="completed").count() == 50, timeout=60, message="all jobs")
+    wait_until(lambda: not OutboxMessage.objects.filter(dispatched_at__isnull=True).exists())
+    stop(worker)
+    counts = {str(job.id): Execution.objects.filter(job_id=job.id).count() for job in jobs}
+    assert set(counts.values()) == {1}
+
+
+def test_two_relays_and_three_workers_drain_five_thousand_jobs_exactly_once(processes):
+    relays = [manage("runrelay", stderr=subprocess.DEVNULL) for _ in range(2)]
+    workers = [
+        manage(
+            "runworker",
+            f"--name=e2e-{i}",
+            env=child_env(JOBQUEUE_WORKER_BATCH_SIZE="50"),
+            stderr=subprocess.DEVNULL,
+        )
+        for i in range(3)
+    ]
+    processes.extend(relays + workers)
+    for _ in range(5):
+        enqueue_jobs([JobRequest(type="probe.run") for _ in range(1000)])
+    wait_until(
+        lambda: Job.objects.filter(status="completed").count() == 5000,
+        timeout=240,
+        interval=0.5,
+        message="5,000 jobs",
+    )
+    for process in workers + relays:
+        assert stop(process) == 0
+    assert not Job.objects.exclude(status="completed").exists()
+    per_job = Execution.objects.values("job_id").distinct().count()
+    assert per_job == 5000 and Execution.objects.count() == 5000
+    workers_used = set(Job.objects.values_list("logs__extra__worker", flat=True)) - {None}
+    assert len({worker.split("/")[0] for worker in workers_used}) == 3
