@@ -17,7 +17,9 @@ def _with_db(url: str, db: str) -> str:
     if parts.scheme == "unix":
         query = dict(parse_qsl(parts.query))
         query["db"] = db
-        return urlunsplit(parts._replace(query=urlencode(query)))
+        # Spelled out: urlunsplit drops the "//" of a scheme it does not know when the
+        # netloc is empty, and redis-py rejects "unix:/path".
+        return f"unix://{parts.netloc}{parts.path}?{urlencode(query)}"
     return urlunsplit(parts._replace(path=f"/{db}"))
 
 
