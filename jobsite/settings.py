@@ -199,7 +199,8 @@ structlog.configure(
         else structlog.dev.ConsoleRenderer(colors=False),
     ],
     wrapper_class=structlog.make_filtering_bound_logger(LOG_LEVEL),
-    logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+    # One write per line, so processes sharing stderr never interleave within a line.
+    logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
     cache_logger_on_first_use=False,
 )
 

@@ -9,6 +9,7 @@ new child with the same identity takes its place.
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
 import signal
@@ -27,6 +28,7 @@ from queue_app.outages import OutageGuard
 log = structlog.get_logger("queue_app.supervisor")
 
 RESTART_BACKOFF_SECONDS = 1.0
+PR_SET_PDEATHSIG = 1
 
 
 def default_name() -> str:
@@ -45,8 +47,19 @@ class Child:
     exited_cleanly: bool = False
 
 
+def _die_with_parent() -> None:
+    """Ask Linux to SIGTERM this child when the supervisor dies (even by SIGKILL)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass  # elsewhere the worker notices the new parent pid on its next round
+
+
 def _child_main(worker_id: str, queues: list[str], burst: bool, pipe: Connection) -> None:
     from queue_app.worker import Worker
+
+    _die_with_parent()
 
     # Ctrl-C reaches the whole process group; the child treats it like SIGTERM.
     Worker(worker_id=worker_id, queues=queues, burst=burst, report=pipe).run()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -86,10 +87,20 @@ def child_env(**extra: str) -> dict[str, str]:
 
 
 def manage(*args: str, env: dict[str, str] | None = None, **popen) -> subprocess.Popen:
-    """Start ``manage.py <args>`` as a real OS process."""
+    """Start ``manage.py <args>`` as a real OS process, in its own process group."""
+    popen.setdefault("start_new_session", True)
     return subprocess.Popen(
         [sys.executable, str(PROJECT_ROOT / "manage.py"), *args],
         cwd=PROJECT_ROOT,
         env=env or child_env(),
         **popen,
     )
+
+
+def kill_group(process: subprocess.Popen) -> None:
+    """SIGKILL a started command and every process it started (e.g. worker children)."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()

@@ -2,6 +2,7 @@
 
 import random
 import threading
+import time
 
 import pytest
 from django.db import connection
@@ -189,3 +190,52 @@ def test_ten_thousand_mixed_jobs_drain_by_tier_then_fifo(queue_config):
     run_worker()
     assert RUN_ORDER == expected
     assert Job.objects.filter(status="completed").count() == 10_000
+
+
+def _in_background(target, stop: threading.Event, interval: float = 0.1) -> threading.Thread:
+    def loop():
+        try:
+            while not stop.wait(interval):
+                target()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_heartbeat_keeps_a_long_job_from_being_rescued(queue_config):
+    queue_config(LEASE_SECONDS=1, HEARTBEAT_SECONDS=0.2)
+    job = enqueue_job("probe.run", {"sleep": 3})
+    stop = threading.Event()
+    rescuer = _in_background(services.rescue_expired_leases, stop)
+    try:
+        run_worker()
+    finally:
+        stop.set()
+        rescuer.join()
+    job.refresh_from_db()
+    assert job.status == "completed" and job.attempts == 1
+    assert "lease_expired_requeued" not in events(job)
+
+
+def test_cancelling_a_running_job_stops_its_handler(queue_config):
+    queue_config(HEARTBEAT_SECONDS=0.2)
+    job = enqueue_job("probe.run", {"sleep": 30})
+    stop = threading.Event()
+
+    def cancel_once_running():
+        if Job.objects.filter(id=job.id, status="processing").exists():
+            services.cancel_job(job.id)
+            stop.set()
+
+    canceller = _in_background(cancel_once_running, stop)
+    started = time.monotonic()
+    run_worker()
+    canceller.join()
+    assert time.monotonic() - started < 15  # not the handler's 30 s
+    job.refresh_from_db()
+    assert job.status == "cancelled" and job.result is None
+    assert Execution.objects.get(job_id=job.id).finished_at is None
+    assert "completed" not in events(job)

@@ -7,7 +7,7 @@ import pytest
 
 from queue_app.models import Job, OutboxMessage
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
-from tests.helpers import child_env, manage, relay_all, wait_until
+from tests.helpers import child_env, kill_group, manage, relay_all, wait_until
 from tests.probe.models import Execution
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
@@ -28,9 +28,7 @@ def processes():
     started: list[subprocess.Popen] = []
     yield started
     for process in started:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        kill_group(process)
 
 
 def test_sigterm_lets_the_running_job_finish(processes):

@@ -1,0 +1,73 @@
+"""The relay: NOTIFY wake-up, several relays sharing the outbox, pruning."""
+
+import subprocess
+import threading
+
+import pytest
+from django.db import connection
+from django.db.models.functions import Now
+
+from queue_app import dispatch
+from queue_app.models import OutboxMessage
+from queue_app.relay import Relay
+from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
+from tests.helpers import kill_group, manage, wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.mark.processes
+def test_relay_wakes_on_notify_long_before_its_poll_interval(redis_client):
+    relay = manage("runrelay", "--poll=60", stderr=subprocess.DEVNULL)
+    try:
+        enqueue_job("demo.echo")  # makes sure the relay has started listening
+        wait_until(lambda: redis_client.zcard(dispatch.priority_key("default")) == 1, timeout=30)
+        job = enqueue_job("demo.echo")
+        # With a 60 s poll, only the NOTIFY sent at commit can deliver it this fast.
+        wait_until(lambda: redis_client.zscore(dispatch.priority_key("default"), str(job.id)), timeout=10)
+    finally:
+        kill_group(relay)
+
+
+def test_two_relays_share_the_outbox_without_sending_a_row_twice(redis_client, monkeypatch):
+    enqueue_jobs([JobRequest(type="demo.echo") for _ in range(2000)])
+    sent: list[int] = []
+    original = dispatch.apply
+
+    def counting_apply(client, intents):
+        intents = list(intents)
+        sent.append(len(intents))
+        original(client, intents)
+
+    monkeypatch.setattr(dispatch, "apply", counting_apply)
+
+    def drain():
+        try:
+            Relay(batch_size=100).drain()
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=drain) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(sent) == 2000  # SKIP LOCKED: no row was locked by both
+    assert not OutboxMessage.objects.filter(dispatched_at__isnull=True).exists()
+    assert redis_client.zcard(dispatch.priority_key("default")) == 2000
+
+
+def test_dispatched_rows_are_pruned_after_the_retention(queue_config):
+    queue_config(OUTBOX_RETENTION_SECONDS=60)
+    old, recent = enqueue_job("demo.echo"), enqueue_job("demo.echo")
+    pending = enqueue_job("demo.echo")
+    relay = Relay()
+    relay.drain()
+    OutboxMessage.objects.filter(job=pending).update(dispatched_at=None)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE job_outbox SET dispatched_at = now() - interval '2 minutes' WHERE job_id = %s", [old.id]
+        )
+    assert relay.prune() == 1
+    assert set(OutboxMessage.objects.values_list("job_id", flat=True)) == {recent.id, pending.id}
+    assert OutboxMessage.objects.filter(job=recent, dispatched_at__lte=Now()).exists()

@@ -1,0 +1,152 @@
+"""Relay and workers ride out store outages; a restarted worker settles its old jobs at once."""
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+from django.db import connection
+
+from queue_app import dispatch
+from queue_app.models import Job, JobLog
+from queue_app.services import enqueue_job
+from tests.helpers import child_env, kill_group, manage, relay_all, wait_until
+from tests.reconciler.proxy import TcpProxy
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
+
+
+def via(url: str, port: int) -> str:
+    """The same URL through 127.0.0.1:port (the proxy)."""
+    parts = urlsplit(url)
+    credentials = parts.netloc.rsplit("@", 1)[0] + "@" if "@" in parts.netloc else ""
+    return urlunsplit(parts._replace(netloc=f"{credentials}127.0.0.1:{port}"))
+
+
+class Events:
+    """Collects a child's JSON log events from stderr as they come."""
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self.process = process
+        self.events: list[dict] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.process.stderr:
+            if line.startswith("{"):
+                self.events.append(json.loads(line))
+
+    def named(self, name: str) -> list[dict]:
+        return [event for event in self.events if event["event"] == name]
+
+
+def start(*args: str, **env: str) -> tuple[subprocess.Popen, Events]:
+    process = manage(*args, env=child_env(LOG_LEVEL="INFO", **env), stderr=subprocess.PIPE, text=True)
+    return process, Events(process)
+
+
+@pytest.fixture
+def pg_proxy():
+    db = connection.settings_dict
+    if (db.get("HOST") or "").startswith("/") or not db.get("HOST"):
+        pytest.skip("needs PostgreSQL over TCP to cut the connection")
+    proxy = TcpProxy((db["HOST"], int(db.get("PORT") or 5432)))
+    proxy.start()
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture
+def redis_proxy():
+    parts = urlsplit(child_env()["REDIS_URL"])
+    if parts.scheme == "unix":
+        pytest.skip("needs Redis over TCP to cut the connection")
+    proxy = TcpProxy((parts.hostname, parts.port or 6379))
+    proxy.start()
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture
+def children():
+    started: list[subprocess.Popen] = []
+    yield started
+    for process in started:
+        kill_group(process)
+
+
+def test_relay_rides_out_a_postgres_outage(pg_proxy, children, redis_client):
+    relay, events = start(
+        "runrelay",
+        "--poll=0.2",
+        DATABASE_URL=via(child_env()["DATABASE_URL"], pg_proxy.port),
+        DATABASE_POOL_TIMEOUT="1",
+    )
+    children.append(relay)
+    wait_until(lambda: events.named("relay_started"), message="relay to start")
+    pg_proxy.stop()
+    job = enqueue_job("demo.echo")  # the test's own connection is not cut
+    wait_until(lambda: events.named("store_unavailable"), timeout=30, message="the outage to be noticed")
+    time.sleep(1.5)  # several failed rounds: the relay must neither exit nor log each one
+    assert relay.poll() is None
+    assert len(events.named("store_unavailable")) == 1
+    pg_proxy.start()
+    wait_until(lambda: redis_client.zscore(dispatch.priority_key("default"), str(job.id)), timeout=30)
+    wait_until(lambda: events.named("store_available_again"), timeout=10)
+
+
+def test_worker_rides_out_a_redis_outage(redis_proxy, children):
+    worker, events = start("runworker", REDIS_URL=via(child_env()["REDIS_URL"], redis_proxy.port))
+    children.append(worker)
+    wait_until(lambda: events.named("worker_started"), message="worker to start")
+    redis_proxy.stop()
+    wait_until(lambda: events.named("store_unavailable"), timeout=30, message="the outage to be noticed")
+    job = enqueue_job("demo.echo", {"after": "outage"})
+    relay_all()  # straight to Redis, which is up: only the worker's path is cut
+    time.sleep(1)
+    assert worker.poll() is None and Job.objects.get(id=job.id).status == "queued"
+    redis_proxy.start()
+    wait_until(
+        lambda: Job.objects.get(id=job.id).status == "completed", timeout=30, message="job after recovery"
+    )
+
+
+def test_completion_written_while_postgres_is_down_is_kept_and_written_later(pg_proxy, children):
+    job = enqueue_job("demo.sleep", {"seconds": 2})
+    relay_all()
+    worker, events = start(
+        "runworker", DATABASE_URL=via(child_env()["DATABASE_URL"], pg_proxy.port), DATABASE_POOL_TIMEOUT="1"
+    )
+    children.append(worker)
+    wait_until(lambda: Job.objects.get(id=job.id).status == "processing", message="job to start")
+    pg_proxy.stop()  # the handler finishes while PostgreSQL is unreachable
+    wait_until(lambda: events.named("store_unavailable"), timeout=30, message="the failed completion")
+    assert Job.objects.get(id=job.id).status == "processing"  # not reported completed
+    pg_proxy.start()
+    wait_until(lambda: Job.objects.get(id=job.id).status == "completed", timeout=30, message="completion")
+    job.refresh_from_db()
+    assert job.attempts == 1 and job.result == {"slept": 2.0}
+
+
+def test_worker_restarted_with_the_same_name_settles_its_old_job_at_once(children):
+    job = enqueue_job("probe.run", {"sleep": 60})
+    relay_all()
+    first = manage("runworker", "--name=steady", stderr=subprocess.DEVNULL)
+    children.append(first)
+    wait_until(lambda: Job.objects.get(id=job.id).status == "processing", message="job to start")
+    os.killpg(first.pid, signal.SIGKILL)  # supervisor and child die without a word
+    first.wait()
+    job.refresh_from_db()
+    assert job.status == "processing" and job.lease_expires_at is not None
+    relay = manage("runrelay", stderr=subprocess.DEVNULL)
+    second = manage("runworker", "--name=steady", stderr=subprocess.DEVNULL)
+    children.extend([relay, second])
+    # The 60 s lease has not expired: only start-up recovery can release the job this fast.
+    wait_until(lambda: JobLog.objects.filter(job_id=job.id, event="retry_scheduled").exists(), timeout=20)
+    job.refresh_from_db()
+    assert job.status in ("queued", "processing") and job.attempts in (1, 2)
+    assert "previous process died" in job.last_error
