@@ -139,7 +139,8 @@ class Supervisor:
                     job_id, attempt, hard_deadline, held = child.pipe.recv()
                     child.current = (job_id, attempt) if job_id else None
                     child.hard_deadline = hard_deadline
-                    child.held = held
+                    if held is not None:
+                        child.held = held
             except (EOFError, OSError):
                 child.pipe.close()
                 child.pipe = None

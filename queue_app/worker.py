@@ -114,7 +114,9 @@ class Worker:
         if self.current is not None and self.soft_deadline is not None and self.current.id in self.lost:
             raise LeaseLost(f"job {self.current.id} was cancelled or rescued while running")
 
-    def _report_state(self) -> None:
+    def _report_state(self, *, with_held: bool = False) -> None:
+        """Tell the supervisor what runs until when; the held set only after a claim
+        (a stale set is harmless: handing back a settled job is a fenced no-op)."""
         if self.report is None:
             return
         current = self.current
@@ -129,7 +131,7 @@ class Worker:
                     current.id if current else None,
                     current.attempt if current else None,
                     hard_deadline,
-                    dict(self.held),
+                    dict(self.held) if with_held else None,
                 )
             )
         except (OSError, ValueError):
@@ -193,7 +195,7 @@ class Worker:
             self._put_back_not_due(unclaimed)
         for job in claimed:
             self.held[job.id] = job.attempt
-        self._report_state()
+        self._report_state(with_held=True)
         for index, job in enumerate(claimed):
             if self.stopping:
                 for rest in claimed[index:]:
