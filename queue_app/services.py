@@ -129,11 +129,16 @@ def _ready_intent(job: Job) -> OutboxMessage:
             queue=job.queue,
             score=dispatch.due_score(job.next_retry_at),
         )
+    return _enqueue_intent(job.id, job.queue, job.priority, job.enqueued_at)
+
+
+def _enqueue_intent(job_id, queue: str, priority: str, enqueued_at: datetime) -> OutboxMessage:
+    """The outbox row that makes a job ready: its tier, then its enqueue time."""
     return OutboxMessage(
-        job_id=job.id,
+        job_id=job_id,
         action=OutboxMessage.Action.ENQUEUE,
-        queue=job.queue,
-        score=dispatch.priority_score(PRIORITY_TIER[job.priority], job.enqueued_at),
+        queue=queue,
+        score=dispatch.priority_score(PRIORITY_TIER[priority], enqueued_at),
     )
 
 
@@ -554,12 +559,7 @@ def hand_back_job(job_id: str, attempt: int, *, worker_id: str, reason: str) -> 
             return False
         _, queue, priority, enqueued_at = row
         JobLog.objects.create(job_id=job_id, event="handed_back", message=reason, extra={"attempt": attempt})
-        OutboxMessage.objects.create(
-            job_id=job_id,
-            action=OutboxMessage.Action.ENQUEUE,
-            queue=queue,
-            score=dispatch.priority_score(PRIORITY_TIER[priority], enqueued_at),
-        )
+        _enqueue_intent(job_id, queue, priority, enqueued_at).save()
         _notify_relay()
     log.info("job_handed_back", job_id=job_id, attempt=attempt, reason=reason)
     return True
@@ -626,12 +626,7 @@ def retry_job(job_id, *, reason: str = "retried by request") -> Job:
             raise _conflict(job_id, "retry")
         queue, priority, enqueued_at = row
         JobLog.objects.create(job_id=job_id, event="retried", message=reason)
-        OutboxMessage.objects.create(
-            job_id=job_id,
-            action=OutboxMessage.Action.ENQUEUE,
-            queue=queue,
-            score=dispatch.priority_score(PRIORITY_TIER[priority], enqueued_at),
-        )
+        _enqueue_intent(job_id, queue, priority, enqueued_at).save()
         _notify_relay()
     log.info("job_retried", job_id=str(job_id))
     return Job.objects.get(id=job_id)

@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
+from benchdb import ensure_database
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -94,17 +96,6 @@ def bench_database_url(base_url: str, name: str | None) -> tuple[str, str]:
     base_name = parts.path.lstrip("/") or "jobsite"
     name = name or f"{base_name}_bench"
     return urlunsplit(parts._replace(path=f"/{name}")), name
-
-
-def ensure_database(url: str, name: str) -> None:
-    """Create the benchmark database when it does not exist yet."""
-    import psycopg
-
-    admin_url = urlunsplit(urlsplit(url)._replace(path="/postgres"))
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone() is None:
-            conn.execute(f'CREATE DATABASE "{name}"')
-            print(f"created database {name}")
 
 
 def seed(n: int) -> None:

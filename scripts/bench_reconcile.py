@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from benchdb import ensure_database
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -63,16 +65,6 @@ def bench_urls(database: str | None, redis_db: int) -> tuple[str, str, str]:
     else:
         redis_url = urlunsplit(redis_parts._replace(path=f"/{redis_db}"))
     return urlunsplit(parts._replace(path=f"/{name}")), name, redis_url
-
-
-def ensure_database(url: str, name: str) -> None:
-    import psycopg
-
-    admin_url = urlunsplit(urlsplit(url)._replace(path="/postgres"))
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone() is None:
-            conn.execute(f'CREATE DATABASE "{name}"')
-            print(f"created database {name}")
 
 
 def seed(n: int) -> None:

@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from benchdb import ensure_database
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -56,13 +58,10 @@ def main() -> int:
         )
     admin_url, bench_url = _database_urls(os.environ["DATABASE_URL"])
     redis_url = _redis_url(os.environ["REDIS_URL"], args.redis_db)
+    ensure_database(admin_url, urlsplit(bench_url).path.lstrip("/"))
     import psycopg
 
     with psycopg.connect(admin_url, autocommit=True) as conn:
-        bench_name = urlsplit(bench_url).path.lstrip("/")
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [bench_name]).fetchone()
-        if not exists:
-            conn.execute(f'CREATE DATABASE "{bench_name}"')
         fsync = conn.execute("SHOW fsync").fetchone()[0]
         synchronous_commit = conn.execute("SHOW synchronous_commit").fetchone()[0]
 
