@@ -13,6 +13,7 @@ import fcntl
 import hashlib
 import os
 import subprocess
+import sys
 import tempfile
 import time
 import warnings
@@ -56,7 +57,13 @@ def postgres_url() -> str:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR
-            import pgserver
+            try:
+                import pgserver
+            except ImportError as exc:
+                raise ImportError(
+                    f"the pgserver package is not installed for Python "
+                    f"{sys.version_info.major}.{sys.version_info.minor} (it has builds up to 3.12)"
+                ) from exc
 
             with _start_lock():
                 server = pgserver.get_server(DATA_DIR / "postgres", cleanup_mode=None)

@@ -6,7 +6,6 @@ import signal
 import subprocess
 import threading
 import time
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from django.db import connection
@@ -15,16 +14,9 @@ from queue_app import dispatch
 from queue_app.models import Job, JobLog
 from queue_app.services import enqueue_job
 from tests.helpers import child_env, kill_group, manage, relay_all, wait_until
-from tests.reconciler.proxy import TcpProxy
+from tests.reconciler.proxy import postgres_proxy, postgres_via, redis_proxy, redis_via
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
-
-
-def via(url: str, port: int) -> str:
-    """The same URL through 127.0.0.1:port (the proxy)."""
-    parts = urlsplit(url)
-    credentials = parts.netloc.rsplit("@", 1)[0] + "@" if "@" in parts.netloc else ""
-    return urlunsplit(parts._replace(netloc=f"{credentials}127.0.0.1:{port}"))
 
 
 class Events:
@@ -50,22 +42,16 @@ def start(*args: str, **env: str) -> tuple[subprocess.Popen, Events]:
 
 
 @pytest.fixture
-def pg_proxy():
-    db = connection.settings_dict
-    if (db.get("HOST") or "").startswith("/") or not db.get("HOST"):
-        pytest.skip("needs PostgreSQL over TCP to cut the connection")
-    proxy = TcpProxy((db["HOST"], int(db.get("PORT") or 5432)))
+def postgres_link():
+    proxy = postgres_proxy(connection.settings_dict)
     proxy.start()
     yield proxy
     proxy.stop()
 
 
 @pytest.fixture
-def redis_proxy():
-    parts = urlsplit(child_env()["REDIS_URL"])
-    if parts.scheme == "unix":
-        pytest.skip("needs Redis over TCP to cut the connection")
-    proxy = TcpProxy((parts.hostname, parts.port or 6379))
+def redis_link():
+    proxy = redis_proxy(child_env()["REDIS_URL"])
     proxy.start()
     yield proxy
     proxy.stop()
@@ -79,54 +65,56 @@ def children():
         kill_group(process)
 
 
-def test_relay_rides_out_a_postgres_outage(pg_proxy, children, redis_client):
+def test_relay_rides_out_a_postgres_outage(postgres_link, children, redis_client):
     relay, events = start(
         "runrelay",
         "--poll=0.2",
-        DATABASE_URL=via(child_env()["DATABASE_URL"], pg_proxy.port),
+        DATABASE_URL=postgres_via(connection.settings_dict, postgres_link),
         DATABASE_POOL_TIMEOUT="1",
     )
     children.append(relay)
     wait_until(lambda: events.named("relay_started"), message="relay to start")
-    pg_proxy.stop()
+    postgres_link.stop()
     job = enqueue_job("demo.echo")  # the test's own connection is not cut
     wait_until(lambda: events.named("store_unavailable"), timeout=30, message="the outage to be noticed")
     time.sleep(1.5)  # several failed rounds: the relay must neither exit nor log each one
     assert relay.poll() is None
     assert len(events.named("store_unavailable")) == 1
-    pg_proxy.start()
+    postgres_link.start()
     wait_until(lambda: redis_client.zscore(dispatch.priority_key("default"), str(job.id)), timeout=30)
     wait_until(lambda: events.named("store_available_again"), timeout=10)
 
 
-def test_worker_rides_out_a_redis_outage(redis_proxy, children):
-    worker, events = start("runworker", REDIS_URL=via(child_env()["REDIS_URL"], redis_proxy.port))
+def test_worker_rides_out_a_redis_outage(redis_link, children):
+    worker, events = start("runworker", REDIS_URL=redis_via(child_env()["REDIS_URL"], redis_link))
     children.append(worker)
     wait_until(lambda: events.named("worker_started"), message="worker to start")
-    redis_proxy.stop()
+    redis_link.stop()
     wait_until(lambda: events.named("store_unavailable"), timeout=30, message="the outage to be noticed")
     job = enqueue_job("demo.echo", {"after": "outage"})
     relay_all()  # straight to Redis, which is up: only the worker's path is cut
     time.sleep(1)
     assert worker.poll() is None and Job.objects.get(id=job.id).status == "queued"
-    redis_proxy.start()
+    redis_link.start()
     wait_until(
         lambda: Job.objects.get(id=job.id).status == "completed", timeout=30, message="job after recovery"
     )
 
 
-def test_completion_written_while_postgres_is_down_is_kept_and_written_later(pg_proxy, children):
+def test_completion_written_while_postgres_is_down_is_kept_and_written_later(postgres_link, children):
     job = enqueue_job("demo.sleep", {"seconds": 2})
     relay_all()
     worker, events = start(
-        "runworker", DATABASE_URL=via(child_env()["DATABASE_URL"], pg_proxy.port), DATABASE_POOL_TIMEOUT="1"
+        "runworker",
+        DATABASE_URL=postgres_via(connection.settings_dict, postgres_link),
+        DATABASE_POOL_TIMEOUT="1",
     )
     children.append(worker)
     wait_until(lambda: Job.objects.get(id=job.id).status == "processing", message="job to start")
-    pg_proxy.stop()  # the handler finishes while PostgreSQL is unreachable
+    postgres_link.stop()  # the handler finishes while PostgreSQL is unreachable
     wait_until(lambda: events.named("store_unavailable"), timeout=30, message="the failed completion")
     assert Job.objects.get(id=job.id).status == "processing"  # not reported completed
-    pg_proxy.start()
+    postgres_link.start()
     wait_until(lambda: Job.objects.get(id=job.id).status == "completed", timeout=30, message="completion")
     job.refresh_from_db()
     assert job.attempts == 1 and job.result == {"slept": 2.0}

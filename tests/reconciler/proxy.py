@@ -1,10 +1,16 @@
-"""A TCP forwarder that tests can cut and restore, to make a real store unreachable."""
+"""A TCP forwarder that tests can cut and restore, to make a real store unreachable.
+
+The target is (host, port) or a Unix socket path, so it works with the machine's
+servers and with the embedded ones; ``postgres_via`` / ``redis_via`` give a
+child process the store's URL through the proxy.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import socket
 import threading
+from urllib.parse import parse_qs, urlsplit
 
 
 def free_port() -> int:
@@ -55,7 +61,7 @@ class TcpProxy:
             except OSError:
                 return  # stopped
             try:
-                upstream = socket.create_connection(self.target, timeout=5)
+                upstream = _connect(self.target)
                 upstream.settimeout(None)
             except OSError:
                 client.close()
@@ -75,3 +81,36 @@ class TcpProxy:
             for sock in (source, sink):
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
+
+
+def _connect(target: tuple[str, int] | str) -> socket.socket:
+    if isinstance(target, str):
+        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        upstream.settimeout(5)
+        upstream.connect(target)
+    else:
+        upstream = socket.create_connection(target, timeout=5)
+    return upstream
+
+
+def postgres_proxy(settings_dict: dict) -> TcpProxy:
+    """A proxy in front of the database Django is connected to."""
+    host, port = settings_dict.get("HOST") or "127.0.0.1", int(settings_dict.get("PORT") or 5432)
+    return TcpProxy(f"{host}/.s.PGSQL.{port}" if host.startswith("/") else (host, port))
+
+
+def postgres_via(settings_dict: dict, proxy: TcpProxy) -> str:
+    return f"postgres://{settings_dict['USER']}@127.0.0.1:{proxy.port}/{settings_dict['NAME']}"
+
+
+def redis_proxy(url: str) -> TcpProxy:
+    parts = urlsplit(url)
+    return TcpProxy(parts.path if parts.scheme == "unix" else (parts.hostname, parts.port or 6379))
+
+
+def redis_via(url: str, proxy: TcpProxy) -> str:
+    parts = urlsplit(url)
+    db = (
+        parse_qs(parts.query).get("db", ["0"])[0] if parts.scheme == "unix" else parts.path.lstrip("/") or "0"
+    )
+    return f"redis://127.0.0.1:{proxy.port}/{db}"

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import threading
 from datetime import datetime, timedelta
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from django.db import connection
@@ -17,7 +16,7 @@ from django.utils import timezone
 
 from queue_app import dispatch, services
 from tests.helpers import child_env, manage, wait_until
-from tests.reconciler.proxy import TcpProxy
+from tests.reconciler.proxy import TcpProxy, postgres_proxy, postgres_via, redis_proxy, redis_via
 from tests.reconciler.support import database_state, enqueue, mark_relayed, redis_state
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
@@ -152,17 +151,6 @@ def test_a_run_repairs_prints_one_summary_line_and_logs_each_change(redis_client
     assert redis_client.zscore(dispatch.retry_key("default"), ids["waiting"]) is not None
 
 
-def _via(url: str, port: int) -> str:
-    parts = urlsplit(url)
-    return urlunsplit(
-        parts._replace(
-            netloc=f"{parts.netloc.rsplit('@', 1)[0]}@127.0.0.1:{port}"
-            if "@" in parts.netloc
-            else f"127.0.0.1:{port}"
-        )
-    )
-
-
 def _outage_then_recovery(proc: Running, proxy: TcpProxy, redis_client, job_id: str, interval: float) -> None:
     """While the store is down the loop stays up and logs at most once per interval; once it is
     back, the loop repairs Redis by itself."""
@@ -194,14 +182,13 @@ def _outage_then_recovery(proc: Running, proxy: TcpProxy, redis_client, job_id: 
 def test_loop_rides_out_a_redis_outage_and_resumes_by_itself(redis_client):
     job_id = str(enqueue(1)[0].id)
     mark_relayed()
-    redis = urlsplit(child_env()["REDIS_URL"])
-    proxy = TcpProxy((redis.hostname, redis.port or 6379))  # not listening yet: Redis is "down"
+    proxy = redis_proxy(child_env()["REDIS_URL"])  # not listening yet: Redis is "down"
     interval = 0.5
     proc = Running(
         "reconcile_queue",
         "--loop",
         f"--interval={interval}",
-        environment=env(REDIS_URL=_via(child_env()["REDIS_URL"], proxy.port)),
+        environment=env(REDIS_URL=redis_via(child_env()["REDIS_URL"], proxy)),
     )
     try:
         _outage_then_recovery(proc, proxy, redis_client, job_id, interval)
@@ -220,15 +207,13 @@ def test_loop_rides_out_a_postgres_outage_and_resumes_by_itself(redis_client):
     job_id = str(enqueue(1)[0].id)
     mark_relayed()
     db = connection.settings_dict
-    proxy = TcpProxy((db.get("HOST") or "127.0.0.1", int(db.get("PORT") or 5432)))
+    proxy = postgres_proxy(db)
     interval = 0.5
     proc = Running(
         "reconcile_queue",
         "--loop",
         f"--interval={interval}",
-        environment=env(
-            DATABASE_URL=_via(child_env()["DATABASE_URL"], proxy.port), DATABASE_POOL_TIMEOUT="1"
-        ),
+        environment=env(DATABASE_URL=postgres_via(db, proxy), DATABASE_POOL_TIMEOUT="1"),
     )
     try:
         _outage_then_recovery(proc, proxy, redis_client, job_id, interval)
