@@ -99,6 +99,9 @@ ASGI_APPLICATION = "jobsite.asgi.application"
 
 DATABASE_URL = os.environ.get("DATABASE_URL") or embedded.postgres_url()
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+# A socket directory given as ?host=... belongs in HOST, where every tool looks.
+if not DATABASES["default"]["HOST"] and "host" in DATABASES["default"].get("OPTIONS", {}):
+    DATABASES["default"]["HOST"] = DATABASES["default"]["OPTIONS"].pop("host")
 if _env_bool("DATABASE_POOL", True):
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": int(os.environ.get("DATABASE_POOL_MIN_SIZE", "1")),
