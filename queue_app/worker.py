@@ -10,6 +10,7 @@ leases of the jobs this process holds.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -62,6 +63,8 @@ class Worker:
         self.held: dict[str, int] = {}
         self.lost: set[str] = set()
         self.completions: list[Completion] = []
+        # Claimed in the current batch and not started yet.
+        self.unstarted: list[ClaimedJob] = []
         self.current: ClaimedJob | None = None
         self.soft_deadline: float | None = None
         self.shutdown_deadline: float | None = None
@@ -155,6 +158,10 @@ class Worker:
                 except guard.errors as exc:
                     if isinstance(exc, DatabaseError):
                         connection.close()
+                    elif self.completions:
+                        # Redis is down but PostgreSQL may not be: settle what already ran.
+                        with contextlib.suppress(*guard.errors):
+                            self._flush_completions()
                     guard.failed(exc)
         finally:
             self.stopping = True
@@ -169,6 +176,9 @@ class Worker:
         if self.report is not None and os.getppid() != self._parent_pid:
             log.warning("supervisor_gone", worker=self.worker_id)
             return False  # orphaned: stop cleanly rather than run unsupervised
+        if self.unstarted:
+            # The rest of a batch a store error interrupted: back to the queue, not counted.
+            self._hand_back_unstarted("not started: a store error interrupted its batch")
         client = dispatch.get_client()
         self._promote_due(client)
         ids = dispatch.pop_ready(client, self.modes, self.batch_size)
@@ -190,19 +200,34 @@ class Worker:
             written = self._write_completions()
             claimed = services.claim_jobs(ids, worker_id=self.worker_id)
         self._forget(written)
+        for job in claimed:
+            self.held[job.id] = job.attempt
+        self.unstarted = list(claimed)
         unclaimed = set(ids) - {job.id for job in claimed}
         if unclaimed:
             self._put_back_not_due(unclaimed)
-        for job in claimed:
-            self.held[job.id] = job.attempt
         self._report_state(with_held=True)
-        for index, job in enumerate(claimed):
+        while self.unstarted:
             if self.stopping:
-                for rest in claimed[index:]:
-                    self._hand_back(rest, "worker stopping before the job started")
+                self._hand_back_unstarted("worker stopping before the job started")
                 break
-            self.run_job(job)
+            job = self.unstarted.pop(0)
+            try:
+                self.run_job(job)
+            except OutageGuard.errors:
+                # Settling this job failed (a store is unreachable). Stop vouching for it: its
+                # lease runs out and the reconciler counts the attempt as failed. Kept in held,
+                # the heartbeat would keep the lease alive with nobody left to settle it.
+                self.held.pop(job.id, None)
+                raise
             self.processed += 1
+
+    def _hand_back_unstarted(self, reason: str) -> None:
+        """Return the claimed jobs this process has not started; the fence makes it a no-op
+        for any whose lease ran out meanwhile."""
+        while self.unstarted:
+            self._hand_back(self.unstarted[0], reason)
+            self.unstarted.pop(0)
 
     def _put_back_not_due(self, ids: set[str]) -> None:
         """Ids promoted a little early (clocks differ) go back to the retry set."""
