@@ -6,6 +6,7 @@ import time
 from django.utils import timezone
 
 from queue_app.handlers import current_job, job_handler
+from tests.probe import journal
 from tests.probe.models import Effect, Execution
 
 
@@ -68,3 +69,29 @@ def stubborn(payload):
             time.sleep(60)
         except Exception:  # noqa: BLE001, S110 - ignoring the limit is the point
             continue
+
+
+def _chaos_work(payload, attempt: int) -> None:
+    time.sleep(float(payload.get("sleep", 0)))
+    if attempt <= int(payload.get("fail_first", 0)):
+        raise RuntimeError(f"failing attempt {attempt}")
+
+
+@job_handler("probe.chaos", atomic=True, max_attempts=5)
+def chaos(payload):
+    """For the chaos run: journal the execution, sleep, maybe fail, and write an Effect
+    naming the execution in the completion transaction (it rolls back if fenced)."""
+    job = current_job()
+    with journal.execution(job.id, job.attempt) as execution:
+        _chaos_work(payload, job.attempt)
+        Effect.objects.create(job_id=job.id, attempt=job.attempt, execution=execution)
+        return {"execution": execution, "attempt": job.attempt}
+
+
+@job_handler("probe.chaos_plain", max_attempts=5)
+def chaos_plain(payload):
+    """Like ``probe.chaos`` without a database write: its completion is batched by the worker."""
+    job = current_job()
+    with journal.execution(job.id, job.attempt) as execution:
+        _chaos_work(payload, job.attempt)
+        return {"execution": execution, "attempt": job.attempt}

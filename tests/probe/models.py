@@ -16,3 +16,5 @@ class Effect(models.Model):
 
     job_id = models.UUIDField(db_index=True)
     attempt = models.PositiveIntegerField()
+    # The journaled execution that wrote it (probe.chaos), so a fenced one can be told apart.
+    execution = models.CharField(max_length=32, blank=True, default="")
