@@ -3,6 +3,7 @@
 import os
 import time
 
+from django.db import connection
 from django.utils import timezone
 
 from queue_app.handlers import current_job, job_handler
@@ -95,3 +96,12 @@ def chaos_plain(payload):
     with journal.execution(job.id, job.attempt) as execution:
         _chaos_work(payload, job.attempt)
         return {"execution": execution, "attempt": job.attempt}
+
+
+@job_handler("probe.cut_connection", max_attempts=2)
+def cut_connection(payload):
+    """Cuts its own database connection, as a PostgreSQL restart would: the worker cannot
+    record this attempt's failure until it reconnects."""
+    _started()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
