@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import quote
 
 from django.conf import settings
 from django.db import connection
@@ -65,14 +66,21 @@ def wait_until(
         time.sleep(interval)
 
 
+def database_url() -> str:
+    """The URL of the test database (TCP or Unix socket), for a child process."""
+    db = connection.settings_dict
+    password = f":{quote(db['PASSWORD'], safe='')}" if db.get("PASSWORD") else ""
+    host = db.get("HOST") or "127.0.0.1"
+    if host.startswith("/"):
+        return (
+            f"postgres://{db['USER']}{password}@{quote(host, safe='')}:{db.get('PORT') or 5432}/{db['NAME']}"
+        )
+    return f"postgres://{db['USER']}{password}@{host}:{db.get('PORT') or 5432}/{db['NAME']}"
+
+
 def child_env(**extra: str) -> dict[str, str]:
     """Environment for a subprocess that must see the test database and Redis db."""
-    db = connection.settings_dict
-    host = db.get("HOST") or ""
-    if host.startswith("/"):
-        url = f"postgresql://{db['USER']}@/{db['NAME']}?host={host}"
-    else:
-        url = f"postgres://{db['USER']}@{host}:{db.get('PORT') or 5432}/{db['NAME']}"
+    url = database_url()
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "tests.settings",

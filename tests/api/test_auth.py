@@ -10,7 +10,8 @@ from django.test import Client
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from tests.api.conftest import child_database_url, make_user, post_json, run_in_child, submit
+from tests.api.conftest import make_user, post_json, run_in_child, submit
+from tests.helpers import database_url
 
 JOB = "/api/jobs/00000000-0000-0000-0000-000000000000"
 PROTECTED = [
@@ -111,7 +112,7 @@ def test_throttling_follows_the_environment():
             "health": health,
         }))
         """,
-        DATABASE_URL=child_database_url(),
+        DATABASE_URL=database_url(),
         API_THROTTLE_USER="2/minute",
         API_THROTTLE_ANON="1/minute",
         TEST_TOKEN=token.key,
