@@ -58,6 +58,9 @@ class Worker:
         self.report = report  # pipe to the supervisor, or None
         self.batch_size = settings.WORKER_BATCH_SIZE
         self.poll_seconds = settings.WORKER_POLL_SECONDS
+        self.heartbeat_seconds = settings.HEARTBEAT_SECONDS
+        # When this process last knew (from a claim or a check) that its unstarted jobs' leases held.
+        self._leases_confirmed_at = 0.0
         self.stopping = False
         # Claimed and not yet settled: id -> attempt (read by the heartbeat thread).
         self.held: dict[str, int] = {}
@@ -195,10 +198,13 @@ class Worker:
         return True
 
     def _process(self, ids: list[str]) -> None:
+        # Taken before the claim: the new leases run at least LEASE_SECONDS from here.
+        claim_started = time.monotonic()
         # The previous batch's completions and this claim share one commit.
         with transaction.atomic():
             written = self._write_completions()
             claimed = services.claim_jobs(ids, worker_id=self.worker_id)
+        self._leases_confirmed_at = claim_started
         self._forget(written)
         for job in claimed:
             self.held[job.id] = job.attempt
@@ -211,7 +217,10 @@ class Worker:
             if self.stopping:
                 self._hand_back_unstarted("worker stopping before the job started")
                 break
-            job = self.unstarted.pop(0)
+            job = self.unstarted[0]
+            if not self._still_holds(job):
+                continue
+            self.unstarted.pop(0)
             try:
                 self.run_job(job)
             except OutageGuard.errors:
@@ -221,6 +230,30 @@ class Worker:
                 self.held.pop(job.id, None)
                 raise
             self.processed += 1
+
+    def _still_holds(self, job: ClaimedJob) -> bool:
+        """Whether the lease of the next job to start is still ours.
+
+        Asked of PostgreSQL (extending the leases of every job not started yet) when
+        the last confirmation is older than a heartbeat, or the heartbeat saw the lease
+        go: a worker that was stopped for a while (SIGSTOP, a stall) must not start a
+        job that was rescued meanwhile and may have been run, or completed, by another.
+        Jobs whose lease is gone are dropped from the batch.
+        """
+        fresh = time.monotonic() - self._leases_confirmed_at < self.heartbeat_seconds
+        if fresh and job.id not in self.lost:
+            return True
+        asked = time.monotonic()
+        still_held = services.extend_leases(
+            [(pending.id, pending.attempt) for pending in self.unstarted], worker_id=self.worker_id
+        )
+        self._leases_confirmed_at = asked
+        for pending in self.unstarted:
+            if pending.id not in still_held:
+                log.warning("job_lease_lost_before_start", job_id=pending.id, attempt=pending.attempt)
+                self.held.pop(pending.id, None)
+        self.unstarted = [pending for pending in self.unstarted if pending.id in still_held]
+        return job.id in still_held
 
     def _hand_back_unstarted(self, reason: str) -> None:
         """Return the claimed jobs this process has not started; the fence makes it a no-op
