@@ -180,6 +180,9 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
 }
 
+# django.tasks: @task functions run as durable jobs (queue_app/tasks_backend.py).
+TASKS = {"default": {"BACKEND": "queue_app.tasks_backend.JobQueueBackend"}}
+
 # Raw JOBQUEUE_<KEY> values; queue_app/conf.py applies defaults and types.
 JOBQUEUE = {
     key.removeprefix("JOBQUEUE_"): value for key, value in os.environ.items() if key.startswith("JOBQUEUE_")

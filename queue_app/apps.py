@@ -9,7 +9,8 @@ class QueueAppConfig(AppConfig):
     def ready(self) -> None:
         from django.utils.module_loading import autodiscover_modules
 
-        from queue_app import checks, conf  # noqa: F401 - registers checks and the reload signal
+        # Registers checks, the settings reload signal and the django.task handler.
+        from queue_app import checks, conf, tasks_backend  # noqa: F401
 
         # Each installed app may register handlers in a ``jobs`` module.
         autodiscover_modules("jobs")

@@ -32,6 +32,8 @@ class HandlerSpec:
     atomic: bool = False
     # Exceptions that fail the job at once instead of retrying.
     give_up_on: tuple[type[BaseException], ...] = ()
+    # Enqueued by code only (e.g. the django.tasks bridge), never by an API request.
+    internal: bool = False
 
 
 _registry: dict[str, HandlerSpec] = {}
@@ -46,6 +48,7 @@ def job_handler(
     retry_backoff_max: float | None = None,
     atomic: bool = False,
     give_up_on: tuple[type[BaseException], ...] = (),
+    internal: bool = False,
 ) -> Callable[[Handler], Handler]:
     """Register ``func`` as the handler of job type ``name``."""
 
@@ -63,6 +66,7 @@ def job_handler(
             retry_backoff_max=retry_backoff_max,
             atomic=atomic,
             give_up_on=give_up_on,
+            internal=internal,
         )
         return func
 
@@ -76,8 +80,9 @@ def get_handler(name: str) -> HandlerSpec:
         raise UnknownJobType(f"{name!r} is not a registered job type", field="type") from None
 
 
-def registered_types() -> list[str]:
-    return sorted(_registry)
+def registered_types(*, public: bool = False) -> list[str]:
+    """All registered names, or only those an API request may name."""
+    return sorted(name for name, spec in _registry.items() if not (public and spec.internal))
 
 
 # The job the current handler call runs for (id, attempt, ...), set by the worker.

@@ -17,7 +17,7 @@ class JobTypeFieldExtension(OpenApiSerializerFieldExtension):
     target_class = "queue_app.api.serializers.JobTypeField"
 
     def map_serializer_field(self, auto_schema, direction) -> dict[str, Any]:
-        return {"type": "string", "enum": registered_types()}
+        return {"type": "string", "enum": registered_types(public=True)}
 
 
 class QueueNameFieldExtension(OpenApiSerializerFieldExtension):

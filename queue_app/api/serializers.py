@@ -19,7 +19,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from queue_app.conf import queue_settings
-from queue_app.exceptions import InvalidJob
+from queue_app.exceptions import InvalidJob, UnknownJobType
 from queue_app.handlers import get_handler
 from queue_app.models import Job, JobLog
 from queue_app.payloads import check_json
@@ -185,7 +185,8 @@ class JobCreateSerializer(StrictSerializer):
             raise serializers.ValidationError({"run_at": [message], "delay_seconds": [message]})
         # The services' own rules, early: a QueueError (e.g. a 413) propagates as is.
         settings = queue_settings()
-        get_handler(attrs["type"])
+        if get_handler(attrs["type"]).internal:
+            raise UnknownJobType(f"{attrs['type']!r} is not a registered job type", field="type")
         if attrs["queue"] not in settings.QUEUES:
             raise InvalidJob(f"must be one of {', '.join(settings.QUEUES)}", field="queue")
         check_json(

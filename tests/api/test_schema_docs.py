@@ -38,8 +38,9 @@ def test_the_schema_lists_every_operation_and_the_live_registry(client):
     create = schema["components"]["schemas"]["JobCreateRequest"]
     assert create["additionalProperties"] is False
     assert create["required"] == ["type"]
-    assert schema["components"]["schemas"]["TypeEnum"]["enum"] == registered_types()
-    assert "demo.echo" in registered_types()
+    assert schema["components"]["schemas"]["TypeEnum"]["enum"] == registered_types(public=True)
+    assert "demo.echo" in registered_types(public=True)
+    assert "django.task" in registered_types() and "django.task" not in registered_types(public=True)
     assert set(schema["components"]["securitySchemes"]) == {"tokenAuth", "cookieAuth"}
     assert schema["paths"]["/api/health/"]["get"]["security"] == [{}]
     post = schema["paths"]["/api/jobs/"]["post"]

@@ -4,6 +4,7 @@ import os
 import time
 
 from django.db import connection
+from django.tasks import task
 from django.utils import timezone
 
 from queue_app.handlers import current_job, job_handler
@@ -105,3 +106,15 @@ def cut_connection(payload):
     _started()
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+
+@task
+def add(a, b):
+    """A django.tasks task, run by the queue's backend."""
+    return {"sum": a + b}
+
+
+@task(takes_context=True, priority=10)
+def whoami(context):
+    """A task that reads its own result id from the context."""
+    return {"id": context.task_result.id}
