@@ -1,244 +1,24 @@
-"""Every change to a job's state, one function per transition.
-
-Each transition is one conditional UPDATE (expected status, plus the attempt
-number as a fencing token for a running job), its JobLog row and, where Redis
-must change, its OutboxMessage row, in one transaction. Services never touch
-Redis: the relay applies outbox rows. A transition whose condition no longer
-holds changes nothing and is logged.
-"""
+"""Running jobs: the claim, completions, failures and leases, fenced by the attempt number."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from django.db import IntegrityError, connection, transaction
-from django.utils import timezone
+from django.db import connection, transaction
 
 from queue_app import dispatch, selectors
 from queue_app.conf import queue_settings
-from queue_app.exceptions import (
-    IdempotencyConflict,
-    IdempotencyKeyInUse,
-    InvalidJob,
-    JobNotFound,
-    TransitionNotAllowed,
-)
 from queue_app.handlers import get_handler
 from queue_app.models import Job, JobLog, OutboxMessage
-from queue_app.payloads import check_json
-from queue_app.states import PRIORITY_TIER, Priority, Status
+from queue_app.services.outbox import enqueue_intent, notify_relay
+from queue_app.states import Status
 
 log = structlog.get_logger("queue_app.services")
-
-# NOTIFY channel the relay listens on; delivered only when the transaction commits.
-OUTBOX_CHANNEL = "jobqueue_outbox"
-MAX_ATTEMPTS_LIMIT = 100
-
-
-# --- enqueue -----------------------------------------------------------------
-
-
-@dataclass
-class JobRequest:
-    """One job to create; validated by ``enqueue_jobs`` before anything is written."""
-
-    type: str
-    payload: dict[str, Any] = field(default_factory=dict)
-    priority: str = Priority.MEDIUM
-    queue: str = "default"
-    run_at: datetime | None = None
-    max_attempts: int | None = None
-    idempotency_key: str | None = None
-
-    def fingerprint(self) -> str:
-        body = [self.type, self.payload, self.priority, self.queue, self.max_attempts]
-        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-
-
-def _validated(request: JobRequest) -> JobRequest:
-    settings = queue_settings()
-    spec = get_handler(request.type)
-    if request.priority not in Priority.values:
-        raise InvalidJob(f"must be one of {', '.join(Priority.values)}", field="priority")
-    if request.queue not in settings.QUEUES:
-        raise InvalidJob(f"must be one of {', '.join(settings.QUEUES)}", field="queue")
-    if not isinstance(request.payload, dict):
-        raise InvalidJob("must be a JSON object", field="payload")
-    check_json(
-        request.payload,
-        field="payload",
-        max_bytes=settings.MAX_PAYLOAD_BYTES,
-        max_depth=settings.MAX_PAYLOAD_DEPTH,
-    )
-    max_attempts = request.max_attempts
-    if max_attempts is None:
-        max_attempts = spec.max_attempts or settings.DEFAULT_MAX_ATTEMPTS
-    if (
-        not isinstance(max_attempts, int)
-        or isinstance(max_attempts, bool)
-        or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT
-    ):
-        raise InvalidJob(f"must be an integer between 1 and {MAX_ATTEMPTS_LIMIT}", field="max_attempts")
-    if request.run_at is not None and timezone.is_naive(request.run_at):
-        raise InvalidJob("must include a UTC offset", field="run_at")
-    key = request.idempotency_key
-    if key is not None:
-        if not isinstance(key, str) or not 1 <= len(key) <= 255:
-            raise InvalidJob("must be 1 to 255 characters", field="idempotency_key")
-        check_json(key, field="idempotency_key", max_bytes=1024, max_depth=1)
-    return JobRequest(
-        type=request.type,
-        payload=request.payload,
-        priority=request.priority,
-        queue=request.queue,
-        run_at=request.run_at,
-        max_attempts=max_attempts,
-        idempotency_key=key,
-    )
-
-
-def _new_job(request: JobRequest, owner, now: datetime) -> Job:
-    scheduled = request.run_at is not None and request.run_at > now
-    return Job(
-        type=request.type,
-        payload=request.payload,
-        priority=request.priority,
-        queue=request.queue,
-        max_attempts=request.max_attempts,
-        next_retry_at=request.run_at if scheduled else None,
-        enqueued_at=request.run_at if scheduled else now,
-        idempotency_key=request.idempotency_key,
-        idempotency_fingerprint=request.fingerprint() if request.idempotency_key else "",
-        owner=owner,
-    )
-
-
-def _ready_intent(job: Job) -> OutboxMessage:
-    """The outbox row that puts a queued job where a worker finds it."""
-    if job.next_retry_at is not None:
-        return OutboxMessage(
-            job_id=job.id,
-            action=OutboxMessage.Action.SCHEDULE,
-            queue=job.queue,
-            score=dispatch.due_score(job.next_retry_at),
-        )
-    return _enqueue_intent(job.id, job.queue, job.priority, job.enqueued_at)
-
-
-def _enqueue_intent(job_id, queue: str, priority: str, enqueued_at: datetime) -> OutboxMessage:
-    """The outbox row that makes a job ready: its tier, then its enqueue time."""
-    return OutboxMessage(
-        job_id=job_id,
-        action=OutboxMessage.Action.ENQUEUE,
-        queue=queue,
-        score=dispatch.priority_score(PRIORITY_TIER[priority], enqueued_at),
-    )
-
-
-def _notify_relay() -> None:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_notify(%s, '')", [OUTBOX_CHANNEL])
-
-
-def _existing_for_key(request: JobRequest, owner) -> Job:
-    """The job a repeated idempotency key refers to, or a conflict."""
-    job = Job.objects.get(idempotency_key=request.idempotency_key)
-    if (job.owner_id or None) != (getattr(owner, "pk", None)):
-        # Reveal nothing about another owner's job.
-        raise IdempotencyKeyInUse("this idempotency key is already in use", field="idempotency_key")
-    if job.idempotency_fingerprint != request.fingerprint():
-        raise IdempotencyConflict(
-            "this idempotency key was used with a different request", field="idempotency_key"
-        )
-    job.was_created = False
-    return job
-
-
-def enqueue_jobs(requests: Sequence[JobRequest], *, owner=None) -> list[Job]:
-    """Create jobs with their log and outbox rows, all or nothing.
-
-    Joins the caller's transaction when there is one: if it rolls back, no
-    job, no outbox row, and nothing ever reaches Redis. Each returned job has
-    ``was_created`` (False when an idempotency key matched an existing job).
-    """
-    validated = [_validated(request) for request in requests]
-    keys = [r.idempotency_key for r in validated if r.idempotency_key]
-    if len(keys) != len(set(keys)):
-        raise InvalidJob("the same key appears twice in one request", field="idempotency_key")
-    with transaction.atomic():
-        now = timezone.now()
-        jobs: list[Job] = []
-        fresh: list[Job] = []
-        for index, request in enumerate(validated):
-            # One microsecond apart keeps a bulk's request order inside each tier.
-            job = _new_job(request, owner, now + timedelta(microseconds=index))
-            if request.idempotency_key:
-                # A concurrent insert of the same key blocks on the unique index
-                # until the other transaction ends, then fails here: exactly one job.
-                try:
-                    with transaction.atomic():
-                        job.save(force_insert=True)
-                except IntegrityError:
-                    jobs.append(_existing_for_key(request, owner))
-                    continue
-            job.was_created = True
-            jobs.append(job)
-            fresh.append(job)
-        unsaved = [job for job in fresh if not job.idempotency_key]
-        if unsaved:
-            Job.objects.bulk_create(unsaved)
-        if fresh:
-            JobLog.objects.bulk_create(
-                JobLog(
-                    job_id=job.id,
-                    event="enqueued",
-                    message=f"enqueued on {job.queue} ({job.priority})",
-                    extra={"run_at": job.next_retry_at.isoformat()} if job.next_retry_at else {},
-                )
-                for job in fresh
-            )
-            OutboxMessage.objects.bulk_create(_ready_intent(job) for job in fresh)
-            _notify_relay()
-    if len(fresh) == 1:
-        job = fresh[0]
-        log.info("job_enqueued", job_id=str(job.id), type=job.type, queue=job.queue, priority=job.priority)
-    elif fresh:
-        log.info("jobs_enqueued", count=len(fresh))
-    return jobs
-
-
-def enqueue_job(
-    type: str,
-    payload: dict[str, Any] | None = None,
-    *,
-    priority: str = Priority.MEDIUM,
-    queue: str = "default",
-    run_at: datetime | None = None,
-    max_attempts: int | None = None,
-    idempotency_key: str | None = None,
-    owner=None,
-) -> Job:
-    """Create one job (see ``enqueue_jobs``); a repeated idempotency key returns the existing job."""
-    request = JobRequest(
-        type=type,
-        payload={} if payload is None else payload,
-        priority=priority,
-        queue=queue,
-        run_at=run_at,
-        max_attempts=max_attempts,
-        idempotency_key=idempotency_key,
-    )
-    return enqueue_jobs([request], owner=owner)[0]
-
-
-# --- running jobs (used by workers) ------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -455,7 +235,7 @@ def _settle_failures(
     JobLog.objects.bulk_create(logs)
     if outbox:
         OutboxMessage.objects.bulk_create(outbox)
-        _notify_relay()
+        notify_relay()
     return rows
 
 
@@ -559,88 +339,7 @@ def hand_back_job(job_id: str, attempt: int, *, worker_id: str, reason: str) -> 
             return False
         _, queue, priority, enqueued_at = row
         JobLog.objects.create(job_id=job_id, event="handed_back", message=reason, extra={"attempt": attempt})
-        _enqueue_intent(job_id, queue, priority, enqueued_at).save()
-        _notify_relay()
+        enqueue_intent(job_id, queue, priority, enqueued_at).save()
+        notify_relay()
     log.info("job_handed_back", job_id=job_id, attempt=attempt, reason=reason)
     return True
-
-
-# --- user actions -------------------------------------------------------------
-
-
-def _conflict(job_id, action: str) -> TransitionNotAllowed | JobNotFound:
-    status = Job.objects.filter(id=job_id).values_list("status", flat=True).first()
-    if status is None:
-        return JobNotFound("no such job")
-    return TransitionNotAllowed(f"cannot {action} a job that is {status}")
-
-
-def cancel_job(job_id, *, reason: str = "cancelled by request") -> Job:
-    """Cancel a queued or running job; its id leaves Redis through the outbox.
-
-    A running handler is not interrupted mid-statement, but its completion is
-    fenced off: the job stays cancelled and its result is not written.
-    Raises TransitionNotAllowed (409) for a finished job.
-    """
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(
-                """
-                UPDATE jobs SET status = 'cancelled', completed_at = now(), worker_id = '',
-                       lease_expires_at = NULL, next_retry_at = NULL
-                 WHERE id = %s AND status IN ('queued', 'processing')
-                RETURNING queue
-                """,
-                [str(job_id)],
-            )
-            row = cursor.fetchone()
-        if row is None:
-            raise _conflict(job_id, "cancel")
-        JobLog.objects.create(job_id=job_id, event="cancelled", message=reason)
-        OutboxMessage.objects.create(job_id=job_id, action=OutboxMessage.Action.REMOVE, queue=row[0])
-        _notify_relay()
-    log.info("job_cancelled", job_id=str(job_id))
-    return Job.objects.get(id=job_id)
-
-
-def retry_job(job_id, *, reason: str = "retried by request") -> Job:
-    """Queue a failed or cancelled job again, with one more attempt allowed.
-
-    Attempts are never reset (they fence stale workers); instead max_attempts
-    rises to at least attempts + 1. Raises TransitionNotAllowed otherwise.
-    """
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(
-                """
-                UPDATE jobs SET status = 'queued', max_attempts = GREATEST(max_attempts, attempts + 1),
-                       next_retry_at = NULL, enqueued_at = now(), completed_at = NULL,
-                       result = NULL, worker_id = '', lease_expires_at = NULL
-                 WHERE id = %s AND status IN ('failed', 'cancelled')
-                RETURNING queue, priority, enqueued_at
-                """,
-                [str(job_id)],
-            )
-            row = cursor.fetchone()
-        if row is None:
-            raise _conflict(job_id, "retry")
-        queue, priority, enqueued_at = row
-        JobLog.objects.create(job_id=job_id, event="retried", message=reason)
-        _enqueue_intent(job_id, queue, priority, enqueued_at).save()
-        _notify_relay()
-    log.info("job_retried", job_id=str(job_id))
-    return Job.objects.get(id=job_id)
-
-
-def reenqueue_job(job_id) -> Job:
-    """Push a queued job's id to Redis again (e.g. after Redis lost it); not a transition."""
-    with transaction.atomic():
-        job = Job.objects.select_for_update().filter(id=job_id).first()
-        if job is None:
-            raise JobNotFound("no such job")
-        if job.status != Status.QUEUED:
-            raise TransitionNotAllowed(f"cannot re-enqueue a job that is {job.status}")
-        JobLog.objects.create(job_id=job.id, event="reenqueued", message="pushed to Redis again")
-        OutboxMessage.objects.bulk_create([_ready_intent(job)])
-        _notify_relay()
-    return job

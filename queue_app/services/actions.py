@@ -1,0 +1,94 @@
+"""What users ask for: cancel, retry, re-enqueue (through the API, the admin or code)."""
+
+from __future__ import annotations
+
+import structlog
+from django.db import connection, transaction
+
+from queue_app.exceptions import (
+    JobNotFound,
+    TransitionNotAllowed,
+)
+from queue_app.models import Job, JobLog, OutboxMessage
+from queue_app.services.outbox import enqueue_intent, notify_relay, ready_intent
+from queue_app.states import Status
+
+log = structlog.get_logger("queue_app.services")
+
+
+def _conflict(job_id, action: str) -> TransitionNotAllowed | JobNotFound:
+    status = Job.objects.filter(id=job_id).values_list("status", flat=True).first()
+    if status is None:
+        return JobNotFound("no such job")
+    return TransitionNotAllowed(f"cannot {action} a job that is {status}")
+
+
+def cancel_job(job_id, *, reason: str = "cancelled by request") -> Job:
+    """Cancel a queued or running job; its id leaves Redis through the outbox.
+
+    A running handler is not interrupted mid-statement, but its completion is
+    fenced off: the job stays cancelled and its result is not written.
+    Raises TransitionNotAllowed (409) for a finished job.
+    """
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                """
+                UPDATE jobs SET status = 'cancelled', completed_at = now(), worker_id = '',
+                       lease_expires_at = NULL, next_retry_at = NULL
+                 WHERE id = %s AND status IN ('queued', 'processing')
+                RETURNING queue
+                """,
+                [str(job_id)],
+            )
+            row = cursor.fetchone()
+        if row is None:
+            raise _conflict(job_id, "cancel")
+        JobLog.objects.create(job_id=job_id, event="cancelled", message=reason)
+        OutboxMessage.objects.create(job_id=job_id, action=OutboxMessage.Action.REMOVE, queue=row[0])
+        notify_relay()
+    log.info("job_cancelled", job_id=str(job_id))
+    return Job.objects.get(id=job_id)
+
+
+def retry_job(job_id, *, reason: str = "retried by request") -> Job:
+    """Queue a failed or cancelled job again, with one more attempt allowed.
+
+    Attempts are never reset (they fence stale workers); instead max_attempts
+    rises to at least attempts + 1. Raises TransitionNotAllowed otherwise.
+    """
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                """
+                UPDATE jobs SET status = 'queued', max_attempts = GREATEST(max_attempts, attempts + 1),
+                       next_retry_at = NULL, enqueued_at = now(), completed_at = NULL,
+                       result = NULL, worker_id = '', lease_expires_at = NULL
+                 WHERE id = %s AND status IN ('failed', 'cancelled')
+                RETURNING queue, priority, enqueued_at
+                """,
+                [str(job_id)],
+            )
+            row = cursor.fetchone()
+        if row is None:
+            raise _conflict(job_id, "retry")
+        queue, priority, enqueued_at = row
+        JobLog.objects.create(job_id=job_id, event="retried", message=reason)
+        enqueue_intent(job_id, queue, priority, enqueued_at).save()
+        notify_relay()
+    log.info("job_retried", job_id=str(job_id))
+    return Job.objects.get(id=job_id)
+
+
+def reenqueue_job(job_id) -> Job:
+    """Push a queued job's id to Redis again (e.g. after Redis lost it); not a transition."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().filter(id=job_id).first()
+        if job is None:
+            raise JobNotFound("no such job")
+        if job.status != Status.QUEUED:
+            raise TransitionNotAllowed(f"cannot re-enqueue a job that is {job.status}")
+        JobLog.objects.create(job_id=job.id, event="reenqueued", message="pushed to Redis again")
+        OutboxMessage.objects.bulk_create([ready_intent(job)])
+        notify_relay()
+    return job

@@ -1,0 +1,196 @@
+"""Creating jobs: validation, idempotency keys, and the enqueue transaction."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import structlog
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from queue_app.conf import queue_settings
+from queue_app.exceptions import (
+    IdempotencyConflict,
+    IdempotencyKeyInUse,
+    InvalidJob,
+)
+from queue_app.handlers import get_handler
+from queue_app.models import Job, JobLog, OutboxMessage
+from queue_app.payloads import check_json
+from queue_app.services.outbox import notify_relay, ready_intent
+from queue_app.states import Priority
+
+log = structlog.get_logger("queue_app.services")
+
+MAX_ATTEMPTS_LIMIT = 100
+
+
+@dataclass
+class JobRequest:
+    """One job to create; validated by ``enqueue_jobs`` before anything is written."""
+
+    type: str
+    payload: dict[str, Any] = field(default_factory=dict)
+    priority: str = Priority.MEDIUM
+    queue: str = "default"
+    run_at: datetime | None = None
+    max_attempts: int | None = None
+    idempotency_key: str | None = None
+
+    def fingerprint(self) -> str:
+        body = [self.type, self.payload, self.priority, self.queue, self.max_attempts]
+        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def _validated(request: JobRequest) -> JobRequest:
+    settings = queue_settings()
+    spec = get_handler(request.type)
+    if request.priority not in Priority.values:
+        raise InvalidJob(f"must be one of {', '.join(Priority.values)}", field="priority")
+    if request.queue not in settings.QUEUES:
+        raise InvalidJob(f"must be one of {', '.join(settings.QUEUES)}", field="queue")
+    if not isinstance(request.payload, dict):
+        raise InvalidJob("must be a JSON object", field="payload")
+    check_json(
+        request.payload,
+        field="payload",
+        max_bytes=settings.MAX_PAYLOAD_BYTES,
+        max_depth=settings.MAX_PAYLOAD_DEPTH,
+    )
+    max_attempts = request.max_attempts
+    if max_attempts is None:
+        max_attempts = spec.max_attempts or settings.DEFAULT_MAX_ATTEMPTS
+    if (
+        not isinstance(max_attempts, int)
+        or isinstance(max_attempts, bool)
+        or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT
+    ):
+        raise InvalidJob(f"must be an integer between 1 and {MAX_ATTEMPTS_LIMIT}", field="max_attempts")
+    if request.run_at is not None and timezone.is_naive(request.run_at):
+        raise InvalidJob("must include a UTC offset", field="run_at")
+    key = request.idempotency_key
+    if key is not None:
+        if not isinstance(key, str) or not 1 <= len(key) <= 255:
+            raise InvalidJob("must be 1 to 255 characters", field="idempotency_key")
+        check_json(key, field="idempotency_key", max_bytes=1024, max_depth=1)
+    return JobRequest(
+        type=request.type,
+        payload=request.payload,
+        priority=request.priority,
+        queue=request.queue,
+        run_at=request.run_at,
+        max_attempts=max_attempts,
+        idempotency_key=key,
+    )
+
+
+def _new_job(request: JobRequest, owner, now: datetime) -> Job:
+    scheduled = request.run_at is not None and request.run_at > now
+    return Job(
+        type=request.type,
+        payload=request.payload,
+        priority=request.priority,
+        queue=request.queue,
+        max_attempts=request.max_attempts,
+        next_retry_at=request.run_at if scheduled else None,
+        enqueued_at=request.run_at if scheduled else now,
+        idempotency_key=request.idempotency_key,
+        idempotency_fingerprint=request.fingerprint() if request.idempotency_key else "",
+        owner=owner,
+    )
+
+
+def _existing_for_key(request: JobRequest, owner) -> Job:
+    """The job a repeated idempotency key refers to, or a conflict."""
+    job = Job.objects.get(idempotency_key=request.idempotency_key)
+    if (job.owner_id or None) != (getattr(owner, "pk", None)):
+        # Reveal nothing about another owner's job.
+        raise IdempotencyKeyInUse("this idempotency key is already in use", field="idempotency_key")
+    if job.idempotency_fingerprint != request.fingerprint():
+        raise IdempotencyConflict(
+            "this idempotency key was used with a different request", field="idempotency_key"
+        )
+    job.was_created = False
+    return job
+
+
+def enqueue_jobs(requests: Sequence[JobRequest], *, owner=None) -> list[Job]:
+    """Create jobs with their log and outbox rows, all or nothing.
+
+    Joins the caller's transaction when there is one: if it rolls back, no
+    job, no outbox row, and nothing ever reaches Redis. Each returned job has
+    ``was_created`` (False when an idempotency key matched an existing job).
+    """
+    validated = [_validated(request) for request in requests]
+    keys = [r.idempotency_key for r in validated if r.idempotency_key]
+    if len(keys) != len(set(keys)):
+        raise InvalidJob("the same key appears twice in one request", field="idempotency_key")
+    with transaction.atomic():
+        now = timezone.now()
+        jobs: list[Job] = []
+        fresh: list[Job] = []
+        for index, request in enumerate(validated):
+            # One microsecond apart keeps a bulk's request order inside each tier.
+            job = _new_job(request, owner, now + timedelta(microseconds=index))
+            if request.idempotency_key:
+                # A concurrent insert of the same key blocks on the unique index
+                # until the other transaction ends, then fails here: exactly one job.
+                try:
+                    with transaction.atomic():
+                        job.save(force_insert=True)
+                except IntegrityError:
+                    jobs.append(_existing_for_key(request, owner))
+                    continue
+            job.was_created = True
+            jobs.append(job)
+            fresh.append(job)
+        unsaved = [job for job in fresh if not job.idempotency_key]
+        if unsaved:
+            Job.objects.bulk_create(unsaved)
+        if fresh:
+            JobLog.objects.bulk_create(
+                JobLog(
+                    job_id=job.id,
+                    event="enqueued",
+                    message=f"enqueued on {job.queue} ({job.priority})",
+                    extra={"run_at": job.next_retry_at.isoformat()} if job.next_retry_at else {},
+                )
+                for job in fresh
+            )
+            OutboxMessage.objects.bulk_create(ready_intent(job) for job in fresh)
+            notify_relay()
+    if len(fresh) == 1:
+        job = fresh[0]
+        log.info("job_enqueued", job_id=str(job.id), type=job.type, queue=job.queue, priority=job.priority)
+    elif fresh:
+        log.info("jobs_enqueued", count=len(fresh))
+    return jobs
+
+
+def enqueue_job(
+    type: str,
+    payload: dict[str, Any] | None = None,
+    *,
+    priority: str = Priority.MEDIUM,
+    queue: str = "default",
+    run_at: datetime | None = None,
+    max_attempts: int | None = None,
+    idempotency_key: str | None = None,
+    owner=None,
+) -> Job:
+    """Create one job (see ``enqueue_jobs``); a repeated idempotency key returns the existing job."""
+    request = JobRequest(
+        type=type,
+        payload={} if payload is None else payload,
+        priority=priority,
+        queue=queue,
+        run_at=run_at,
+        max_attempts=max_attempts,
+        idempotency_key=idempotency_key,
+    )
+    return enqueue_jobs([request], owner=owner)[0]
