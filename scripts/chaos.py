@@ -1,0 +1,441 @@
+"""The chaos run: the whole system as real processes, seeded faults, then the queue's invariants.
+
+    .venv/bin/python scripts/chaos.py --short                  # CI form: 400 jobs, about 2 minutes
+    .venv/bin/python scripts/chaos.py --jobs 5000 --duration 600 --seed 7
+    .venv/bin/python scripts/chaos.py --seed 7 --plan          # print the fault plan only
+
+It starts a web server, relays (armed with the ``relay.after_push``
+failpoint), workers and the reconciler as ``manage.py`` processes, submits
+jobs through the service layer and the API while a seeded schedule injects
+faults (SIGKILL of workers, worker processes, relays and the reconciler;
+SIGSTOP of a worker past its lease; FLUSHDB; Redis and PostgreSQL restarts;
+stale and duplicate ids pushed into Redis), then stops the faults, lets the
+system settle, and checks the invariants (scripts/chaoslib/invariants.py).
+It prints the figures and exits 1 when an invariant fails.
+
+Stores: by default the run starts its own PostgreSQL and Redis in a
+temporary folder (so it may restart them); ``--stores given`` uses
+DATABASE_URL / REDIS_URL (or the embedded servers) with a fresh database and
+Redis db ``--redis-db``, and leaves the restart faults out. The run folder
+(logs of every process, the fault log, the execution journal, the report) is
+kept when an invariant fails or with ``--keep``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from chaoslib import clients, invariants, report, schedule  # noqa: E402
+from chaoslib.faults import Injector  # noqa: E402
+from chaoslib.processes import Cast, free_port, wait_for  # noqa: E402
+from chaoslib.stores import DedicatedStores, GivenStores  # noqa: E402
+
+QUEUES = {"default": False, "bulk": True}
+RECONCILE_GRACE_SECONDS = 2.0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--short", action="store_true", help="the CI form: 400 jobs, 60 s of faults")
+    parser.add_argument("--jobs", type=int, default=300, help="jobs to submit (default 300)")
+    parser.add_argument("--duration", type=float, default=50.0, help="seconds of faults (default 50)")
+    parser.add_argument("--seed", type=int, help="seed of the fault plan and the jobs (default: random)")
+    parser.add_argument("--mean-gap", type=float, default=2.5, help="mean seconds between faults")
+    parser.add_argument("--workers", type=int, default=3, help="runworker processes (default 3)")
+    parser.add_argument("--relays", type=int, default=2, help="runrelay processes (default 2)")
+    parser.add_argument("--lease", type=float, default=3.0, help="JOBQUEUE_LEASE_SECONDS of the run")
+    parser.add_argument(
+        "--failpoint",
+        type=float,
+        default=0.05,
+        help="chance a relay kills itself after a push (default 0.05)",
+    )
+    parser.add_argument("--stores", choices=["dedicated", "given"], default="dedicated")
+    parser.add_argument("--redis-db", type=int, default=7, help="Redis database number (default 7)")
+    parser.add_argument("--settle-timeout", type=float, default=120.0, help="seconds to reach all terminal")
+    parser.add_argument("--keep", action="store_true", help="keep the run folder and database")
+    parser.add_argument("--plan", action="store_true", help="print the fault plan and exit")
+    args = parser.parse_args(argv)
+    if args.short:
+        args.jobs, args.duration = 400, 60.0
+    if args.redis_db in (0, 15):
+        parser.error("--redis-db: 0 and 15 belong to others (the default db and the test suite)")
+    if args.workers < 1 or args.relays < 1 or args.jobs < 1:
+        parser.error("--workers, --relays and --jobs must be at least 1")
+    if args.seed is None:
+        args.seed = int.from_bytes(os.urandom(4), "big") % 1_000_000
+    return args
+
+
+def fault_plan(args: argparse.Namespace) -> list[schedule.Fault]:
+    return schedule.plan(
+        args.seed,
+        duration=args.duration,
+        mean_gap=args.mean_gap,
+        workers=args.workers,
+        relays=args.relays,
+        lease_seconds=args.lease,
+        restarts=args.stores == "dedicated",
+    )
+
+
+def child_env(args: argparse.Namespace, stores, folder: Path) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DATABASE_URL": stores.database_url,
+        "REDIS_URL": stores.redis_url,
+        "REDIS_TEST_DB": str(args.redis_db),
+        "DEBUG": "1",
+        "LOG_FORMAT": "json",
+        "LOG_LEVEL": "INFO",
+        "PYTHONUNBUFFERED": "1",
+        "PROBE_JOURNAL_DIR": str(folder / "journal"),
+        "JOBQUEUE_QUEUES": ",".join(f"{q}:fifo" if fifo else q for q, fifo in QUEUES.items()),
+        "JOBQUEUE_LEASE_SECONDS": str(args.lease),
+        "JOBQUEUE_HEARTBEAT_SECONDS": str(args.lease / 3),
+        "JOBQUEUE_RECONCILE_GRACE_SECONDS": str(RECONCILE_GRACE_SECONDS),
+        "JOBQUEUE_RETRY_BACKOFF_BASE_SECONDS": "0.3",
+        "JOBQUEUE_RETRY_BACKOFF_MAX_SECONDS": "2",
+        "JOBQUEUE_RELAY_POLL_SECONDS": "1",
+        "JOBQUEUE_SHUTDOWN_GRACE_SECONDS": "5",
+    }
+    env.pop("JOBSITE_FAILPOINTS", None)
+    return env
+
+
+def build_cast(args: argparse.Namespace, folder: Path, env: dict[str, str], port: int) -> Cast:
+    cast = Cast(folder)
+    cast.add("web", "web", ["runserver", "--noreload", "--skip-checks", f"127.0.0.1:{port}"], env)
+    relay_env = {**env, "JOBSITE_FAILPOINTS": f"relay.after_push=kill@{args.failpoint}"}
+    for index in range(args.relays):
+        cast.add(f"relay-{index}", "relay", ["runrelay"], relay_env if args.failpoint > 0 else env)
+    for index in range(args.workers):
+        # The first supervisor runs two worker processes, the others one.
+        concurrency = "2" if index == 0 else "1"
+        cast.add(
+            f"worker-{index}",
+            "worker",
+            ["runworker", "--name", f"chaos-w{index}", "--concurrency", concurrency],
+            env,
+        )
+    cast.add("reconciler", "reconciler", ["reconcile_queue", "--loop", "--interval", "1"], env)
+    return cast
+
+
+def with_database(action, *, timeout: float = 120.0):
+    """Run a database action from this process, riding out a PostgreSQL restart."""
+    from django.db import DatabaseError, InterfaceError, connection
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return action()
+        except (DatabaseError, InterfaceError):
+            connection.close()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def setup_django(env: dict[str, str]) -> str:
+    """Migrate the fresh database and create the API client's staff user; returns its token."""
+    os.environ.update(env)
+    os.environ["LOG_LEVEL"] = "ERROR"  # this process's own service calls stay quiet
+    # This process (the injector, the clients, the checks) connects directly: while PostgreSQL
+    # is down it must fail at once, not wait for a pool that is backing off its reconnects.
+    os.environ["DATABASE_POOL"] = "0"
+    import django
+
+    django.setup()
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+    from rest_framework.authtoken.models import Token
+
+    call_command("migrate", verbosity=0)
+    user = get_user_model().objects.create_user("chaos", is_staff=True)
+    return Token.objects.create(user=user).key
+
+
+def health(port: int) -> bool:
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+        connection.request("GET", "/api/health/")
+        return connection.getresponse().status == 200
+    except (OSError, http.client.HTTPException):
+        return False
+
+
+def count_unsettled() -> int:
+    """Jobs not yet terminal, leaving out those scheduled far ahead on purpose."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM jobs WHERE status IN ('queued', 'processing')"
+            " AND NOT coalesce((payload->>'far')::bool, false)"
+        )
+        return cursor.fetchone()[0]
+
+
+def undispatched() -> int:
+    from queue_app.models import OutboxMessage
+
+    return OutboxMessage.objects.filter(dispatched_at__isnull=True).count()
+
+
+def ids_for_stale_pushes() -> dict[str, list[str]]:
+    from django.db import DatabaseError, InterfaceError, connection
+
+    from queue_app.models import Job
+
+    def read():
+        queued = Job.objects.filter(status="queued").order_by("id").values_list("id", flat=True)[:200]
+        finished = (
+            Job.objects.filter(status__in=["completed", "failed", "cancelled"])
+            .order_by("id")
+            .values_list("id", flat=True)[:200]
+        )
+        return {"queued": [str(i) for i in queued], "finished": [str(i) for i in finished]}
+
+    try:
+        return read()
+    except (DatabaseError, InterfaceError):
+        connection.close()  # PostgreSQL is down: push unknown ids only
+        return {"queued": [], "finished": []}
+
+
+def busy_worker_names() -> set[str]:
+    """The --name of every runworker holding a job right now (empty while PostgreSQL is down)."""
+    from django.db import DatabaseError, InterfaceError, connection
+
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT DISTINCT split_part(worker_id, '/', 1) FROM jobs WHERE status = 'processing'"
+            )
+            return {row[0] for row in cursor.fetchall()}
+    except (DatabaseError, InterfaceError):
+        connection.close()
+        return set()
+
+
+def manage_once(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def cancel_far_future_jobs() -> int:
+    from queue_app.exceptions import TransitionNotAllowed
+    from queue_app.models import Job
+    from queue_app.services import cancel_job
+
+    ids = list(Job.objects.filter(status="queued", payload__far=True).values_list("id", flat=True))
+    for job_id in ids:
+        try:
+            cancel_job(job_id, reason="end of the chaos run")
+        except TransitionNotAllowed:
+            pass
+    return len(ids)
+
+
+def run(args: argparse.Namespace, folder: Path) -> int:
+    """The whole run; returns the exit code. Stores and processes are stopped whatever happens."""
+    started_run = time.monotonic()
+    (folder / "journal").mkdir()
+    if args.stores == "dedicated":
+        stores = DedicatedStores(folder, args.redis_db)
+    else:
+        stores = GivenStores(f"chaos_{args.seed}_{os.getpid()}", args.redis_db)
+    cast: Cast | None = None
+    failed = True
+    django_ready = False
+    try:
+        stores.start()
+        env = child_env(args, stores, folder)
+        token = setup_django(env)
+        django_ready = True
+        port = free_port()
+        cast = build_cast(args, folder, env, port)
+        for child in cast.children:
+            cast.start(child)
+        wait_for(lambda: health(port), timeout=60, what="the web server")
+        print(f"seed {args.seed}: {args.jobs} jobs, {args.duration:.0f} s of faults; {stores.describe()}")
+
+        figures = report.Figures(seed=args.seed, jobs_planned=args.jobs, stores=stores.describe())
+        submissions = exercise(args, folder, stores, cast, port, token, figures)
+        results = final_checks(env, cast, submissions, figures, folder)
+        figures.total_seconds = time.monotonic() - started_run
+        report.collect(figures)
+        text = report.render(figures, results)
+        print(text)
+        (folder / "report.txt").write_text(text + "\n")
+        failed = not all(result.passed for result in results)
+        return 1 if failed else 0
+    finally:
+        if cast is not None:
+            cast.stop_all()
+        if django_ready:
+            from django.db import connections
+
+            connections.close_all()
+        stores.close(keep=args.keep or failed)
+
+
+def exercise(
+    args: argparse.Namespace,
+    folder: Path,
+    stores: DedicatedStores | GivenStores,
+    cast: Cast,
+    port: int,
+    token: str,
+    figures: report.Figures,
+) -> list[clients.Submission]:
+    """Submit while the faults run, then let the system settle; returns the client's record."""
+    from queue_app import dispatch
+
+    specs = clients.plan_submissions(args.seed, args.jobs, window=args.duration * 0.8)
+    submissions = [clients.Submission(spec) for spec in specs]
+    figures.submissions = submissions
+    stop_clients = threading.Event()
+    started = time.monotonic()
+    service = clients.ServiceClient(
+        [s for s in submissions if s.spec.channel.startswith("service")], started=started, stop=stop_clients
+    )
+    api = clients.ApiClient(
+        [s for s in submissions if s.spec.channel.startswith("api")],
+        port=port,
+        token=token,
+        seed=args.seed,
+        started=started,
+        stop=stop_clients,
+    )
+    service.start()
+    api.start()
+    injector = Injector(
+        cast=cast,
+        stores=stores,
+        redis_client=dispatch.get_client,
+        pick_ids=ids_for_stale_pushes,
+        busy_workers=busy_worker_names,
+        seed=args.seed,
+        log_path=folder / "faults.log",
+    )
+    try:
+        injector.run(fault_plan(args), started=started, idle=cast.watch)
+    finally:
+        injector.close()
+    last_fault = injector.last_action_at or time.monotonic()
+    print(f"faults done ({sum(injector.applied.values())}); settling")
+
+    # Clients finish first (retrying until acknowledged), then every job must reach an end.
+    deadline = last_fault + args.settle_timeout
+    for client in (service, api):
+        while client.is_alive() and time.monotonic() < deadline:
+            cast.watch()
+            client.join(timeout=0.2)
+    try:
+        wait_for(
+            lambda: (cast.watch(), with_database(count_unsettled) == 0)[1],
+            timeout=max(1.0, deadline - time.monotonic()),
+            what="every job to end",
+        )
+        figures.seconds_to_terminal = time.monotonic() - last_fault
+    except TimeoutError as exc:
+        print(exc)
+    stop_clients.set()
+    figures.faults_applied, figures.faults_skipped = injector.applied, injector.skipped
+    figures.api_actions, figures.api_retried_errors = api.actions, api.http_errors
+    (folder / "submissions.json").write_text(
+        json.dumps([{**vars(s), "spec": vars(s.spec)} for s in submissions], indent=1)
+    )
+    return submissions
+
+
+def final_checks(
+    env: dict[str, str],
+    cast: Cast,
+    submissions: list[clients.Submission],
+    figures: report.Figures,
+    folder: Path,
+) -> list[invariants.Result]:
+    """Quiesce, reconcile once, compare Redis with PostgreSQL, then check every invariant."""
+    try:
+        wait_for(lambda: with_database(undispatched) == 0, timeout=30, what="the outbox to drain")
+    except TimeoutError as exc:
+        print(exc)
+    for role in ("worker", "reconciler", "relay"):
+        for child in cast.by_role(role):
+            cast.stop(child, timeout=30)
+    figures.failpoint_kills, figures.unexpected_exits = cast.failpoint_kills, cast.unexpected_exits
+    # Past the grace, so the reconciler judges every job rather than leaving it to the relay.
+    time.sleep(RECONCILE_GRACE_SECONDS + 0.5)
+    figures.reconcile_summary = manage_once(env, "reconcile_queue").splitlines()[-1]
+    redis_result = with_database(lambda: invariants.check_redis_agrees(QUEUES))
+    # The far-future jobs were only there to be kept in Redis: cancel them, relay the removals.
+    with_database(cancel_far_future_jobs)
+    manage_once(env, "runrelay", "--once")
+
+    invariants.load(submissions, _journal(folder))
+    return [
+        *invariants.run_sql_checks(),
+        invariants.check_log_trails(),
+        redis_result,
+        invariants.Result(
+            "processes_exit_only_when_killed",
+            "no relay, worker, reconciler or web process exited by itself (failpoint kills aside)",
+            len(cast.unexpected_exits),
+            cast.unexpected_exits[:5],
+        ),
+    ]
+
+
+def _journal(folder: Path) -> list[dict]:
+    from tests.probe import journal
+
+    return journal.read(str(folder / "journal"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.plan:
+        for fault in fault_plan(args):
+            print(fault.describe())
+        return 0
+    folder = Path(tempfile.mkdtemp(prefix=f"chaos-{args.seed}-"))
+    code = 2
+    try:
+        code = run(args, folder)
+    finally:
+        if code == 0 and not args.keep:
+            shutil.rmtree(folder, ignore_errors=True)
+        else:
+            print(f"run folder kept: {folder}")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

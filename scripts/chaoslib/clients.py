@@ -1,0 +1,314 @@
+"""The clients: submit jobs through the service layer and the API, and keep their own record.
+
+Every job carries a ``ref`` in its payload naming the submission it came from,
+so the checks can tell an acknowledged job from one nobody asked for. What a
+client may safely do after an error decides how it retries:
+
+- ``service-keyed`` and every API submission carry an idempotency key: after
+  an error (store down, connection cut, 5xx) the same request is sent again
+  until it is acknowledged; every acknowledgement must name the same job.
+- ``service`` submissions have no key: after an error the outcome is
+  unknown (the commit may or may not have happened), so they are not
+  retried; such a job may exist or not, and either is correct.
+
+The API client also cancels a few of its jobs while they run, and retries
+some of those it cancelled.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import random
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+CHANNEL_WEIGHTS = {"service": 25, "service-keyed": 25, "api": 35, "api-bulk": 15}
+BATCHED = {"service", "service-keyed", "api-bulk"}
+FAR_FUTURE_SECONDS = 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One job a client means to submit."""
+
+    ref: str
+    channel: str
+    at: float  # seconds after the submissions began
+    type: str
+    payload: dict[str, Any]
+    priority: str
+    queue: str
+    delay: float | None  # run_at = now + delay; None = at once
+    max_attempts: int
+    key: str | None
+
+    @property
+    def far_future(self) -> bool:
+        return bool(self.payload.get("far"))
+
+    def body(self, *, with_key: bool = True) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "type": self.type,
+            "payload": self.payload,
+            "priority": self.priority,
+            "queue": self.queue,
+            "max_attempts": self.max_attempts,
+        }
+        if self.delay is not None:
+            body["delay_seconds"] = self.delay
+        if self.key is not None and with_key:
+            body["idempotency_key"] = self.key
+        return body
+
+
+@dataclass
+class Submission:
+    """The client's record of one spec: what came back, after how many tries."""
+
+    spec: Spec
+    acked_ids: list[str] = field(default_factory=list)
+    tries: int = 0
+    outcome: str = "pending"  # "acked" | "unknown" | "rejected" | "pending"
+    error: str = ""
+
+
+def plan_submissions(seed: int, count: int, *, window: float) -> list[Spec]:
+    """``count`` specs spread over ``window`` seconds; a pure function of the seed."""
+    rng = random.Random(seed + 2)
+    channels = list(CHANNEL_WEIGHTS)
+    specs = []
+    burst_left, at, channel = 0, 0.0, channels[0]
+    for index in range(count):
+        if burst_left == 0:
+            # Arrivals come in bursts (one channel, one moment): a worker then claims a batch
+            # of several, and a fault can catch it with some of them not started yet.
+            burst_left = rng.choices([1, rng.randint(2, 5), rng.randint(10, 20)], [60, 25, 15])[0]
+            at = rng.uniform(0, window)
+            channel = rng.choices(channels, [CHANNEL_WEIGHTS[c] for c in channels])[0]
+        burst_left -= 1
+        # Mostly short handlers, some long enough to be caught mid-run by a kill or a pause.
+        sleep = rng.choices(
+            [rng.uniform(0, 0.05), rng.uniform(0.05, 0.3), rng.uniform(0.5, 1.5)], [60, 30, 10]
+        )[0]
+        payload: dict[str, Any] = {"ref": f"r{index:06d}", "sleep": round(sleep, 3)}
+        failing = rng.random()
+        if failing < 0.03:
+            payload["fail_first"] = 100  # fails every attempt: ends failed
+        elif failing < 0.13:
+            payload["fail_first"] = rng.randint(1, 2)
+        timing = rng.random()
+        delay = None
+        if timing < 0.03:
+            payload["far"] = True  # stays queued through the run: the reconciler must keep it in Redis
+            delay = FAR_FUTURE_SECONDS
+        elif timing < 0.10:
+            delay = round(rng.uniform(1, 10), 2)
+        specs.append(
+            Spec(
+                ref=payload["ref"],
+                channel=channel,
+                at=at,
+                type=rng.choice(["probe.chaos", "probe.chaos", "probe.chaos_plain"]),
+                payload=payload,
+                priority=rng.choice(["high", "medium", "low"]),
+                queue="bulk" if rng.random() < 0.25 else "default",
+                delay=delay,
+                max_attempts=rng.randint(4, 8),
+                key=None if channel == "service" else f"chaos-{seed}-{index}",
+            )
+        )
+    return sorted(specs, key=lambda spec: (spec.at, spec.ref))
+
+
+def _batches(specs: list[Spec], started: float, stop: threading.Event):
+    """Specs in time order; consecutive due specs of one batched channel come together."""
+    index = 0
+    while index < len(specs) and not stop.is_set():
+        spec = specs[index]
+        wait = started + spec.at - time.monotonic()
+        if wait > 0:
+            stop.wait(wait)
+            continue
+        batch = [spec]
+        index += 1
+        while (
+            spec.channel in BATCHED
+            and index < len(specs)
+            and len(batch) < 20
+            and specs[index].channel == spec.channel
+            and started + specs[index].at <= time.monotonic()
+        ):
+            batch.append(specs[index])
+            index += 1
+        yield batch
+
+
+class ServiceClient(threading.Thread):
+    """Submits through ``queue_app.services.enqueue_jobs`` in this process."""
+
+    def __init__(self, submissions: list[Submission], *, started: float, stop: threading.Event) -> None:
+        super().__init__(name="service client", daemon=True)
+        self.submissions = {s.spec.ref: s for s in submissions}
+        self.specs = [s.spec for s in submissions]
+        self.started = started
+        self.stop = stop
+
+    def run(self) -> None:
+        from django.db import connection
+
+        try:
+            for batch in _batches(self.specs, self.started, self.stop):
+                self._submit(batch)
+        finally:
+            connection.close()
+
+    def _submit(self, batch: list[Spec]) -> None:
+        from django.db import DatabaseError, InterfaceError, connection
+        from django.utils import timezone
+
+        from queue_app.services import JobRequest, enqueue_jobs
+
+        keyed = batch[0].key is not None
+        backoff = 0.1
+        while not self.stop.is_set():
+            now = timezone.now()
+            requests = [
+                JobRequest(
+                    type=spec.type,
+                    payload=spec.payload,
+                    priority=spec.priority,
+                    queue=spec.queue,
+                    run_at=now + timedelta(seconds=spec.delay) if spec.delay is not None else None,
+                    max_attempts=spec.max_attempts,
+                    idempotency_key=spec.key,
+                )
+                for spec in batch
+            ]
+            for spec in batch:
+                self.submissions[spec.ref].tries += 1
+            try:
+                jobs = enqueue_jobs(requests)
+            except (DatabaseError, InterfaceError) as exc:
+                connection.close()
+                if not keyed:
+                    for spec in batch:
+                        self.submissions[spec.ref].outcome = "unknown"
+                        self.submissions[spec.ref].error = f"{type(exc).__name__}: {exc}"[:300]
+                    return
+                self.stop.wait(backoff)
+                backoff = min(backoff * 2, 2.0)
+                continue
+            for spec, job in zip(batch, jobs, strict=True):
+                record = self.submissions[spec.ref]
+                record.acked_ids.append(str(job.id))
+                record.outcome = "acked"
+            return
+
+
+class ApiClient(threading.Thread):
+    """Submits over HTTP with idempotency keys, retrying on errors; cancels and retries a few jobs."""
+
+    def __init__(
+        self,
+        submissions: list[Submission],
+        *,
+        port: int,
+        token: str,
+        seed: int,
+        started: float,
+        stop: threading.Event,
+    ) -> None:
+        super().__init__(name="api client", daemon=True)
+        self.submissions = {s.spec.ref: s for s in submissions}
+        self.specs = [s.spec for s in submissions]
+        self.port = port
+        self.token = token
+        self.rng = random.Random(seed + 3)
+        self.started = started
+        self.stop = stop
+        self.actions: Counter = Counter()  # ("cancel", 200) -> count
+        self.http_errors: Counter = Counter()  # connection errors and 5xx, retried
+
+    def request(self, method: str, path: str, body: Any = None, headers: dict | None = None):
+        """(status, parsed body); raises OSError / HTTPException on a connection problem."""
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=15)
+        try:
+            connection.request(
+                method,
+                path,
+                body=None if body is None else json.dumps(body),
+                headers={
+                    "Authorization": f"Token {self.token}",
+                    "Content-Type": "application/json",
+                    **(headers or {}),
+                },
+            )
+            response = connection.getresponse()
+            raw = response.read()
+        finally:
+            connection.close()
+        try:
+            return response.status, json.loads(raw) if raw else None
+        except ValueError:
+            return response.status, None  # e.g. DEBUG's HTML page for a 500
+
+    def send(self, method: str, path: str, body: Any = None, headers: dict | None = None):
+        """Send until an answer that is not a 5xx; the same request each time."""
+        backoff = 0.1
+        while True:
+            try:
+                status, data = self.request(method, path, body, headers)
+                if status < 500:
+                    return status, data
+                self.http_errors[str(status)] += 1
+            except (OSError, http.client.HTTPException) as exc:
+                self.http_errors[type(exc).__name__] += 1
+            if self.stop.is_set():
+                return None, None
+            self.stop.wait(backoff)
+            backoff = min(backoff * 2, 2.0)
+
+    def run(self) -> None:
+        for batch in _batches(self.specs, self.started, self.stop):
+            for spec in batch:
+                self.submissions[spec.ref].tries += 1
+            if batch[0].channel == "api":
+                status, data = self.send(
+                    "POST",
+                    "/api/jobs/",
+                    batch[0].body(with_key=False),
+                    headers={"Idempotency-Key": batch[0].key},
+                )
+                self._record(batch, status, [data] if status in (200, 201) else data)
+            else:
+                status, data = self.send("POST", "/api/jobs/bulk/", {"jobs": [spec.body() for spec in batch]})
+                self._record(batch, status, data["jobs"] if status in (200, 201) else data)
+            self._maybe_cancel()
+
+    def _record(self, batch: list[Spec], status: int | None, data: Any) -> None:
+        for index, spec in enumerate(batch):
+            record = self.submissions[spec.ref]
+            if status in (200, 201):
+                record.acked_ids.append(data[index]["id"])
+                record.outcome = "acked"
+            elif status is None:
+                record.outcome = "pending"  # stopped while retrying
+            else:
+                record.outcome = "rejected"
+                record.error = f"{status}: {json.dumps(data)[:300]}"
+
+    def _maybe_cancel(self) -> None:
+        acked = [s for s in self.submissions.values() if s.acked_ids and not s.spec.far_future]
+        if not acked or self.rng.random() >= 0.05:
+            return
+        job_id = self.rng.choice(acked).acked_ids[0]
+        status, _ = self.send("POST", f"/api/jobs/{job_id}/cancel/")
+        self.actions[("cancel", status)] += 1
+        if status == 200 and self.rng.random() < 0.5:
+            status, _ = self.send("POST", f"/api/jobs/{job_id}/retry/")
+            self.actions[("retry", status)] += 1

@@ -1,0 +1,219 @@
+"""Applying the plan's faults to the running system, and undoing the ones that hold.
+
+A killed process comes back after its hold (a worker sometimes under its old
+name, so that its start-up recovery settles what the dead one held); a paused
+one gets SIGCONT. Every applied fault is counted by kind and written to the
+run's fault log with its wall-clock time.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import redis
+
+from chaoslib.processes import Cast, Child
+from chaoslib.schedule import Fault
+
+# How long a worker fault waits for some worker to hold a job before hitting an idle one.
+BUSY_WAIT_SECONDS = 2.0
+
+
+def _identity(child: Child) -> str:
+    """The --name a runworker child runs under (its workers are <name>/<index>)."""
+    return child.args[child.args.index("--name") + 1]
+
+
+class Injector:
+    """Runs the fault plan against the cast of processes and the stores."""
+
+    def __init__(
+        self,
+        *,
+        cast: Cast,
+        stores,
+        redis_client: Callable[[], redis.Redis],
+        pick_ids: Callable[[], dict[str, list[str]]],
+        busy_workers: Callable[[], set[str]],
+        seed: int,
+        log_path: Path,
+    ) -> None:
+        self.cast = cast
+        self.stores = stores
+        self.redis_client = redis_client
+        self.pick_ids = pick_ids
+        self.busy_workers = busy_workers
+        # Which stale ids to push, which busy worker to hit; the plan has its own stream.
+        self.rng = random.Random(seed + 1)
+        self.applied: Counter = Counter()
+        self.skipped: Counter = Counter()
+        self.last_action_at: float | None = None  # monotonic time of the last fault or undo
+        self._log = open(log_path, "a")
+        self._pending: list[tuple[float, int, Callable[[], str]]] = []
+        self._sequence = itertools.count()
+        self._renamed = Counter()
+
+    # --- the timeline ---------------------------------------------------------------
+
+    def schedule(self, at: float, action: Callable[[], str]) -> None:
+        """Run ``action`` at monotonic time ``at``; it returns the line for the fault log."""
+        heapq.heappush(self._pending, (at, next(self._sequence), action))
+
+    def run(self, faults: list[Fault], *, started: float, idle: Callable[[], None]) -> None:
+        """Apply every fault at its time (and each undo after its hold); ``idle`` runs between."""
+        for fault in faults:
+            self.schedule(started + fault.at, lambda fault=fault: self.apply(fault))
+        while self._pending:
+            at, _, action = self._pending[0]
+            if time.monotonic() < at:
+                idle()
+                time.sleep(min(0.1, max(0.0, at - time.monotonic())))
+                continue
+            heapq.heappop(self._pending)
+            line = action()
+            self.last_action_at = time.monotonic()
+            self._note(line)
+        idle()
+
+    def _note(self, line: str) -> None:
+        self._log.write(f"{time.strftime('%H:%M:%S')} {line}\n")
+        self._log.flush()
+
+    def close(self) -> None:
+        self._log.close()
+
+    # --- faults ------------------------------------------------------------------------
+
+    def apply(self, fault: Fault) -> str:
+        """Apply one fault; each kind's method returns what it did, or None if it found no target."""
+        done = getattr(self, f"_{fault.kind}")(fault)
+        if done is None:
+            self.skipped[fault.kind] += 1
+            return f"{fault.describe()}: skipped (target not running)"
+        self.applied[fault.kind] += 1
+        return f"{fault.describe()}: {done}"
+
+    def _worker(self, fault: Fault) -> Child | None:
+        """The planned worker, unless it holds no job and another running one does (a fault
+        that finds a worker idle tests little); waits a moment for one to be busy."""
+        workers = self.cast.by_role("worker")
+        planned = workers[fault.target]
+        deadline = time.monotonic() + BUSY_WAIT_SECONDS
+        while True:
+            running = [child for child in workers if child.alive and not child.paused]
+            identities = self.busy_workers()
+            busy = [child for child in running if _identity(child) in identities]
+            if planned in busy:
+                return planned
+            if busy:
+                return self.rng.choice(busy)
+            if time.monotonic() > deadline:
+                return planned if planned in running else None
+            self.cast.watch()
+            time.sleep(0.1)
+
+    def _later(self, hold: float, line: str, action: Callable[[], object]) -> None:
+        def undo() -> str:
+            action()
+            return line
+
+        self.schedule(time.monotonic() + hold, undo)
+
+    def _kill_worker(self, fault: Fault) -> str | None:
+        child = self._worker(fault)
+        if child is None:
+            return None
+        killed = _identity(child)
+        self.cast.kill(child)
+
+        def restart() -> None:
+            if not fault.same_name:
+                # A new identity: what the dead one held waits for its lease to expire.
+                self._renamed[child.name] += 1
+                base = child.name.replace("worker-", "chaos-w")
+                child.args[child.args.index("--name") + 1] = f"{base}-r{self._renamed[child.name]}"
+            self.cast.start(child)
+
+        under = "its old name" if fault.same_name else "a new name"
+        self._later(fault.hold, f"restarted {child.name} under {under}", restart)
+        return f"killed {child.name} ({killed})"
+
+    def _kill_worker_process(self, fault: Fault) -> str | None:
+        child = self._worker(fault)
+        pid = self.cast.kill_one_worker_process(child) if child is not None else None
+        return None if pid is None else f"killed process {pid} of {child.name}"
+
+    def _pause_worker(self, fault: Fault) -> str | None:
+        child = self._worker(fault)
+        if child is None:
+            return None
+        self.cast.pause(child)
+        self._later(fault.hold, f"resumed {child.name}", lambda: self.cast.resume(child))
+        return f"paused {child.name}"
+
+    def _kill_relay(self, fault: Fault) -> str | None:
+        return self._kill_and_restart(self.cast.by_role("relay")[fault.target], fault.hold)
+
+    def _kill_reconciler(self, fault: Fault) -> str | None:
+        return self._kill_and_restart(self.cast.by_role("reconciler")[0], fault.hold)
+
+    def _kill_and_restart(self, child: Child, hold: float) -> str | None:
+        if not child.alive:
+            return None
+        self.cast.kill(child)
+        self._later(hold, f"restarted {child.name}", lambda: self.cast.start(child))
+        return f"killed {child.name}"
+
+    def _flush_redis(self, fault: Fault) -> str:
+        self._with_redis(lambda client: client.flushdb())
+        return "flushed"
+
+    def _restart_redis(self, fault: Fault) -> str:
+        self.stores.stop_redis()
+        self._later(fault.hold, "started Redis (empty)", self.stores.start_redis)
+        return "stopped Redis"
+
+    def _restart_postgres(self, fault: Fault) -> str:
+        self.stores.stop_postgres()
+        self._later(fault.hold, "started PostgreSQL", self.stores.start_postgres)
+        return "stopped PostgreSQL"
+
+    def _push_stale_ids(self, fault: Fault) -> str:
+        """Ids a worker must not run again: queued ones twice, finished ones, and unknown ones."""
+        from queue_app import dispatch
+
+        ids = self.pick_ids()
+        rng = self.rng
+        queued = rng.sample(ids["queued"], min(10, len(ids["queued"])))
+        finished = rng.sample(ids["finished"], min(10, len(ids["finished"])))
+        unknown = ["not-a-job-id", "00000000-0000-4000-8000-000000000000"]
+        now = time.time()
+        intents = []
+        for job_id in queued + finished + unknown:
+            queue, fifo = rng.choice([("default", False), ("bulk", True)])
+            place = rng.random()
+            if place < 0.7:
+                score = dispatch.priority_score(rng.randrange(3), datetime.fromtimestamp(now, UTC))
+                intents.append(dispatch.Intent("enqueue", job_id, queue, fifo, score))
+            else:
+                # Already due in the retry set: a worker's promotion moves it, then the claim drops it.
+                intents.append(dispatch.Intent("schedule", job_id, queue, fifo, now - 1))
+        self._with_redis(lambda client: dispatch.apply(client, intents))
+        return f"pushed {len(queued)} queued, {len(finished)} finished and {len(unknown)} unknown ids"
+
+    def _with_redis(self, action: Callable[[redis.Redis], object]) -> None:
+        for attempt in range(50):
+            try:
+                action(self.redis_client())
+                return
+            except (redis.RedisError, OSError):
+                if attempt == 49:
+                    raise
+                time.sleep(0.1)

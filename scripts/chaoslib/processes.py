@@ -1,0 +1,173 @@
+"""The system under test as real OS processes: web server, relays, workers and the reconciler.
+
+Each child is ``manage.py <command>`` in a session of its own, so a signal
+sent to its process group reaches a worker supervisor and its forked worker
+together. Its output goes to ``<run folder>/logs/<name>.log``. A child that
+exits without having been killed on purpose is restarted and counted: for a
+relay armed with the ``relay.after_push`` failpoint that is expected; for
+anything else it is a finding (processes must ride out store outages).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def child_pids(pid: int) -> list[int]:
+    """Direct children of ``pid`` (from /proc; a worker supervisor's forked workers)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                # "pid (comm) state ppid ...": comm may contain spaces, so split after ")".
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(entry))
+    return sorted(found)
+
+
+@dataclass
+class Child:
+    name: str
+    role: str  # "web" | "relay" | "worker" | "reconciler"
+    args: list[str]
+    env: dict[str, str]
+    process: subprocess.Popen | None = None
+    # Killed on purpose and not restarted yet.
+    down: bool = False
+    paused: bool = False
+    starts: int = 0
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+@dataclass
+class Cast:
+    """Starts, signals and watches the children."""
+
+    folder: Path
+    children: list[Child] = field(default_factory=list)
+    # (name, exit code) of exits nobody asked for; relays' failpoint kills are counted apart.
+    unexpected_exits: list[tuple[str, int]] = field(default_factory=list)
+    failpoint_kills: int = 0
+    restarts: Counter = field(default_factory=Counter)
+
+    def add(self, name: str, role: str, args: list[str], env: dict[str, str]) -> Child:
+        child = Child(name=name, role=role, args=args, env=env)
+        self.children.append(child)
+        return child
+
+    def by_role(self, role: str) -> list[Child]:
+        return [child for child in self.children if child.role == role]
+
+    def start(self, child: Child) -> None:
+        (self.folder / "logs").mkdir(exist_ok=True)
+        log = open(self.folder / "logs" / f"{child.name}.log", "ab")
+        child.process = subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), *child.args],
+            cwd=ROOT,
+            env=child.env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        child.down = child.paused = False
+        child.starts += 1
+
+    def _signal_group(self, child: Child, signum: int) -> None:
+        try:
+            os.killpg(child.process.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    def kill(self, child: Child) -> None:
+        """SIGKILL the child and everything it forked: nothing gets to clean up."""
+        child.down = True
+        if child.process is not None:
+            self._signal_group(child, signal.SIGKILL)
+            child.process.wait()
+        child.paused = False
+
+    def kill_one_worker_process(self, child: Child) -> int | None:
+        """SIGKILL one forked worker of a supervisor, which restarts it under the same identity."""
+        pids = child_pids(child.process.pid) if child.alive else []
+        if not pids:
+            return None
+        os.kill(pids[0], signal.SIGKILL)
+        return pids[0]
+
+    def pause(self, child: Child) -> None:
+        self._signal_group(child, signal.SIGSTOP)
+        child.paused = True
+
+    def resume(self, child: Child) -> None:
+        self._signal_group(child, signal.SIGCONT)
+        child.paused = False
+
+    def stop(self, child: Child, timeout: float = 60) -> int | None:
+        """SIGTERM (a clean shutdown); SIGKILL after ``timeout``. Returns the exit code."""
+        if child.process is None:
+            return None
+        if child.paused:
+            self.resume(child)
+        child.down = True
+        if child.process.poll() is None:
+            self._signal_group(child, signal.SIGTERM)
+            try:
+                return child.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self._signal_group(child, signal.SIGKILL)
+        return child.process.wait()
+
+    def watch(self) -> None:
+        """Restart children that exited on their own, and count why."""
+        for child in self.children:
+            if child.down or child.process is None or child.process.poll() is None:
+                continue
+            code = child.process.returncode
+            if child.role == "relay" and code == -signal.SIGKILL and "JOBSITE_FAILPOINTS" in child.env:
+                self.failpoint_kills += 1
+            else:
+                self.unexpected_exits.append((child.name, code))
+            self.restarts[child.name] += 1
+            self.start(child)
+
+    def stop_all(self) -> None:
+        for child in reversed(self.children):
+            if child.alive:
+                self.stop(child, timeout=30)
+            child.down = True
+
+
+def wait_for(condition, *, timeout: float, interval: float = 0.2, what: str) -> float:
+    """Poll ``condition`` until truthy; returns the seconds it took. Raises TimeoutError."""
+    started = time.monotonic()
+    while not condition():
+        if time.monotonic() - started > timeout:
+            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+    return time.monotonic() - started

@@ -1,0 +1,122 @@
+"""The figures a chaos run prints: what was done to the system, and what the system did."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from django.db import connection
+
+from chaoslib.clients import Submission
+from chaoslib.invariants import OVERLAPPING_EXECUTIONS, Result
+
+
+@dataclass
+class Figures:
+    """Filled in as the run goes; ``collect`` adds what the database says at the end."""
+
+    seed: int
+    jobs_planned: int
+    stores: str
+    faults_applied: Counter = field(default_factory=Counter)
+    faults_skipped: Counter = field(default_factory=Counter)
+    failpoint_kills: int = 0
+    unexpected_exits: list = field(default_factory=list)
+    submissions: list[Submission] = field(default_factory=list)
+    api_actions: Counter = field(default_factory=Counter)
+    api_retried_errors: Counter = field(default_factory=Counter)
+    seconds_to_terminal: float | None = None
+    total_seconds: float = 0.0
+    reconcile_summary: str = ""
+    database: dict = field(default_factory=dict)
+
+
+_DATABASE_FIGURES = {
+    "jobs": "SELECT count(*) FROM jobs",
+    "executions": "SELECT count(*) FROM chaos_execution",
+    "executed_jobs": "SELECT count(DISTINCT job_id) FROM chaos_execution",
+    "completion_fenced": "SELECT count(*) FROM job_logs WHERE event = 'completion_fenced'",
+    "failure_fenced": "SELECT count(*) FROM job_logs WHERE event = 'failure_fenced'",
+    "lease_expired": "SELECT count(*) FROM job_logs WHERE event LIKE 'lease_expired%'",
+    "recovered_on_restart": "SELECT count(*) FROM job_logs WHERE message LIKE 'worker restarted%'",
+    "handed_back": "SELECT count(*) FROM job_logs WHERE event = 'handed_back'",
+    "overlapping_pairs": f"SELECT count(*) FROM {OVERLAPPING_EXECUTIONS}",
+    "killed_mid_handler": "SELECT count(*) FROM chaos_execution WHERE ended_at IS NULL",
+    # A run after one that ended other than by the handler's own (deliberate) failure.
+    "redelivered": """
+        SELECT count(*) FROM (
+            SELECT lag(outcome, 1, 'first')
+                       OVER (PARTITION BY job_id ORDER BY started_at, execution) AS previous
+              FROM chaos_execution) AS runs
+         WHERE previous IS DISTINCT FROM 'first' AND previous IS DISTINCT FROM 'RuntimeError'""",
+}
+
+
+def collect(figures: Figures) -> None:
+    with connection.cursor() as cursor:
+        for name, sql in _DATABASE_FIGURES.items():
+            cursor.execute(sql)
+            figures.database[name] = cursor.fetchone()[0]
+        cursor.execute("SELECT status, count(*) FROM jobs GROUP BY 1 ORDER BY 1")
+        figures.database["statuses"] = dict(cursor.fetchall())
+        cursor.execute(
+            """SELECT n, count(*) FROM (SELECT count(*) AS n FROM chaos_execution GROUP BY job_id) AS per_job
+               GROUP BY n ORDER BY n"""
+        )
+        figures.database["executions_per_job"] = dict(cursor.fetchall())
+
+
+def _counter(counter: Counter) -> str:
+    return ", ".join(f"{key}={value}" for key, value in sorted(counter.items(), key=str)) or "none"
+
+
+def render(figures: Figures, results: list[Result]) -> str:
+    db = figures.database
+    outcomes = Counter(s.outcome for s in figures.submissions)
+    channels = Counter(s.spec.channel for s in figures.submissions)
+    acked = [s for s in figures.submissions if s.outcome == "acked"]
+    lost = next((r.violations for r in results if r.name == "no_acknowledged_submission_lost"), 0)
+    unexpected = next((r.violations for r in results if r.name == "no_unexpected_job"), 0)
+    executed = db.get("executed_jobs") or 0
+    redelivery = db.get("redelivered", 0) / executed if executed else 0.0
+    retried = sum(s.tries for s in figures.submissions) - len(figures.submissions)
+    actions = Counter({f"{action}:{status}": n for (action, status), n in figures.api_actions.items()})
+    settle = f"{figures.seconds_to_terminal:.1f} s" if figures.seconds_to_terminal is not None else "never"
+    lines = [
+        "== Chaos run",
+        f"seed {figures.seed}, {figures.jobs_planned} jobs planned, {figures.stores}",
+        f"faults injected: {_counter(figures.faults_applied)}",
+        f"  skipped (target not running): {_counter(figures.faults_skipped)}",
+        f"  relay kills by the after-push failpoint: {figures.failpoint_kills}",
+        f"  unexpected process exits: {len(figures.unexpected_exits)} {figures.unexpected_exits[:5] or ''}",
+        f"submitted: {len(figures.submissions)} ({_counter(channels)})",
+        f"  acknowledged {len(acked)}, outcome unknown {outcomes['unknown']},"
+        f" rejected {outcomes['rejected']}, unanswered {outcomes['pending']};"
+        f" tries beyond the first {retried}",
+        f"  lost {lost}, unexpected {unexpected}, jobs in the database {db.get('jobs')}",
+        f"  API errors retried: {_counter(figures.api_retried_errors)}",
+        f"  API cancel/retry answers: {_counter(actions)}",
+        f"terminal states: {_counter(Counter(db.get('statuses', {})))}",
+        f"executions: {db.get('executions')} of {executed} jobs;"
+        f" per job {_counter(Counter(db.get('executions_per_job', {})))}",
+        f"  redelivered {db.get('redelivered')} (rate {redelivery:.1%} of executed jobs; retries after the"
+        f" handler's own failures not counted); killed mid-handler {db.get('killed_mid_handler')}",
+        f"fenced completions rejected: {db.get('completion_fenced')},"
+        f" fenced failures {db.get('failure_fenced')}",
+        f"overlapping executions: {db.get('overlapping_pairs')} (each must have a fenced earlier one)",
+        f"lease expiries rescued {db.get('lease_expired')}, settled by a restarted worker"
+        f" {db.get('recovered_on_restart')}, handed back {db.get('handed_back')}",
+        f"final reconcile: {figures.reconcile_summary}",
+        f"time from the last fault to all jobs terminal: {settle}; whole run {figures.total_seconds:.0f} s",
+        "",
+        "== Invariants",
+    ]
+    for result in results:
+        mark = "ok  " if result.passed else "FAIL"
+        lines.append(f"{mark} {result.name}: {result.description}")
+        if not result.passed:
+            lines.append(f"       {result.violations} violation(s), e.g. {result.examples}")
+    failed = sum(not r.passed for r in results)
+    lines.append("")
+    lines.append("all invariants hold" if not failed else f"{failed} invariant(s) FAILED")
+    return "\n".join(lines)
