@@ -52,22 +52,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--short", action="store_true", help="the CI form: 400 jobs, 60 s of faults")
-    parser.add_argument("--jobs", type=int, default=300, help="jobs to submit (default 300)")
-    parser.add_argument("--duration", type=float, default=50.0, help="seconds of faults (default 50)")
+    parser.add_argument("--jobs", type=int, default=400, help="jobs to submit (default 400)")
+    parser.add_argument(
+        "--duration", type=float, default=60.0, help="seconds of the fault phase (default 60)"
+    )
     parser.add_argument("--seed", type=int, help="seed of the fault plan and the jobs (default: random)")
-    parser.add_argument("--mean-gap", type=float, default=2.5, help="mean seconds between faults")
+    parser.add_argument("--mean-gap", type=float, default=2.5, help="mean seconds between faults (2.5)")
     parser.add_argument("--workers", type=int, default=3, help="runworker processes (default 3)")
     parser.add_argument("--relays", type=int, default=2, help="runrelay processes (default 2)")
-    parser.add_argument("--lease", type=float, default=3.0, help="JOBQUEUE_LEASE_SECONDS of the run")
+    parser.add_argument("--lease", type=float, default=3.0, help="JOBQUEUE_LEASE_SECONDS of the run (3)")
     parser.add_argument(
         "--failpoint",
         type=float,
         default=0.05,
         help="chance a relay kills itself after a push (default 0.05)",
     )
-    parser.add_argument("--stores", choices=["dedicated", "given"], default="dedicated")
+    parser.add_argument(
+        "--stores",
+        choices=["dedicated", "given"],
+        default="dedicated",
+        help="dedicated: start a PostgreSQL and a Redis of the run's own (default); given: use"
+        " DATABASE_URL / REDIS_URL (or the embedded servers), without the restart faults",
+    )
     parser.add_argument("--redis-db", type=int, default=7, help="Redis database number (default 7)")
-    parser.add_argument("--settle-timeout", type=float, default=120.0, help="seconds to reach all terminal")
+    parser.add_argument(
+        "--settle-timeout", type=float, default=120.0, help="seconds after the faults for every job to end"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the run folder and database")
     parser.add_argument("--plan", action="store_true", help="print the fault plan and exit")
     args = parser.parse_args(argv)
