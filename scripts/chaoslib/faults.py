@@ -96,7 +96,7 @@ class Injector:
         done = getattr(self, f"_{fault.kind}")(fault)
         if done is None:
             self.skipped[fault.kind] += 1
-            return f"{fault.describe()}: skipped (target not running)"
+            return f"{fault.describe()}: skipped (target not running or unreachable)"
         self.applied[fault.kind] += 1
         return f"{fault.describe()}: {done}"
 
@@ -171,9 +171,8 @@ class Injector:
         self._later(hold, f"restarted {child.name}", lambda: self.cast.start(child))
         return f"killed {child.name}"
 
-    def _flush_redis(self, fault: Fault) -> str:
-        self._with_redis(lambda client: client.flushdb())
-        return "flushed"
+    def _flush_redis(self, fault: Fault) -> str | None:
+        return "flushed" if self._with_redis(lambda client: client.flushdb()) else None
 
     def _restart_redis(self, fault: Fault) -> str:
         self.stores.stop_redis()
@@ -205,15 +204,17 @@ class Injector:
             else:
                 # Already due in the retry set: a worker's promotion moves it, then the claim drops it.
                 intents.append(dispatch.Intent("schedule", job_id, queue, fifo, now - 1))
-        self._with_redis(lambda client: dispatch.apply(client, intents))
+        if not self._with_redis(lambda client: dispatch.apply(client, intents)):
+            return None
         return f"pushed {len(queued)} queued, {len(finished)} finished and {len(unknown)} unknown ids"
 
-    def _with_redis(self, action: Callable[[redis.Redis], object]) -> None:
-        for attempt in range(50):
+    def _with_redis(self, action: Callable[[redis.Redis], object]) -> bool:
+        """Apply ``action``; False when Redis stays down for a second (e.g. a restart fault's
+        hold): the fault is skipped rather than blocking the scheduler that restarts Redis."""
+        for _ in range(10):
             try:
                 action(self.redis_client())
-                return
+                return True
             except (redis.RedisError, OSError):
-                if attempt == 49:
-                    raise
                 time.sleep(0.1)
+        return False
