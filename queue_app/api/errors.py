@@ -15,8 +15,9 @@ from typing import Any
 
 import structlog
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
-from django.db import DataError, IntegrityError
+from django.db import DataError, IntegrityError, InterfaceError, OperationalError
 from django.http import Http404
+from redis import RedisError
 from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
@@ -119,6 +120,15 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         response = Response(error_body("conflict", "The request conflicts with existing data."), status=409)
     elif isinstance(exc, RecursionError):
         response = Response(error_body("invalid", "The input is nested too deeply."), status=400)
+    elif isinstance(exc, (OperationalError, InterfaceError, RedisError)):
+        # A store outage: nothing was written (the request's transaction rolled back),
+        # and the same request, retried with its idempotency key, is safe.
+        log.warning("api_store_unavailable", error=f"{type(exc).__name__}: {exc}"[:300])
+        response = Response(
+            error_body("store_unavailable", "A data store is unreachable; retry shortly."),
+            status=503,
+            headers={"Retry-After": "5"},
+        )
     else:
         return None
     set_rollback()

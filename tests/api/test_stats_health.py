@@ -148,3 +148,19 @@ def test_health_is_503_naming_postgresql_when_it_does_not_answer():
     assert result["body"]["detail"] == "postgresql not answering"
     assert result["body"]["checks"]["redis"] == "ok"
     assert result["body"]["checks"]["postgresql"] != "ok"
+
+
+def test_a_request_during_a_postgres_outage_is_a_503_with_retry_after():
+    result = run_in_child(
+        """
+        client.credentials(HTTP_AUTHORIZATION="Token 0123456789abcdef0123456789abcdef01234567")
+        response = client.post("/api/jobs/", {"type": "demo.echo"}, format="json")
+        print(json.dumps({"status": response.status_code, "body": response.json(),
+                          "retry_after": response.get("Retry-After")}))
+        """,
+        DATABASE_URL=f"postgres://postgres@127.0.0.1:{closed_port()}/jobs",
+        DATABASE_POOL_TIMEOUT="1",
+    )
+
+    assert result["status"] == 503 and result["retry_after"] == "5"
+    assert result["body"]["code"] == "store_unavailable"
