@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -78,15 +78,7 @@ def _validated(request: JobRequest) -> JobRequest:
         if not isinstance(key, str) or not 1 <= len(key) <= 255:
             raise InvalidJob("must be 1 to 255 characters", field="idempotency_key")
         check_json(key, field="idempotency_key", max_bytes=1024, max_depth=1)
-    return JobRequest(
-        type=request.type,
-        payload=request.payload,
-        priority=request.priority,
-        queue=request.queue,
-        run_at=request.run_at,
-        max_attempts=max_attempts,
-        idempotency_key=key,
-    )
+    return replace(request, max_attempts=max_attempts)
 
 
 def _new_job(request: JobRequest, owner, now: datetime) -> Job:
