@@ -83,7 +83,7 @@ def main() -> int:
     from django.db import connection
 
     from queue_app import dispatch
-    from queue_app.relay import Relay
+    from queue_app.runtime.relay import Relay
     from queue_app.services import JobRequest, enqueue_jobs
 
     call_command("migrate", verbosity=0)

@@ -16,8 +16,8 @@ from django.conf import settings
 from django.db import connection
 
 from queue_app.models import OutboxMessage
-from queue_app.relay import Relay
-from queue_app.worker import Worker
+from queue_app.runtime.relay import Relay
+from queue_app.runtime.worker import Worker
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 

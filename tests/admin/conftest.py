@@ -9,6 +9,7 @@ from django.test import Client
 from django.urls import reverse
 
 from queue_app import services
+from queue_app.engine import execution
 from queue_app.models import Job
 
 CHANGELIST = "admin:queue_app_job_changelist"
@@ -31,11 +32,11 @@ def make_job(
     if status == "cancelled":
         services.cancel_job(job.id)
     elif status in ("processing", "completed", "failed"):
-        (claimed,) = services.claim_jobs([str(job.id)], worker_id="admin-tests")
+        (claimed,) = execution.claim_jobs([str(job.id)], worker_id="admin-tests")
         if status == "completed":
-            services.complete_job(claimed.id, claimed.attempt, {"ok": True})
+            execution.complete_job(claimed.id, claimed.attempt, {"ok": True})
         elif status == "failed":
-            services.fail_job(claimed.id, claimed.attempt, error, retry=False)
+            execution.fail_job(claimed.id, claimed.attempt, error, retry=False)
     else:
         assert status == "queued", status
     job = Job.objects.get(id=job.id)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from queue_app import charts
+from queue_app.admin import charts
 
 
 def test_grouped_bars_scale_to_the_largest_value_and_escape_labels():

@@ -12,9 +12,10 @@ from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 
-from queue_app import dashboard, dispatch, services
+from queue_app import dispatch, services
+from queue_app.admin import dashboard
+from queue_app.admin.pagination import count_rows
 from queue_app.models import Job, JobLog, OutboxMessage
-from queue_app.pagination import count_rows
 from tests.admin.conftest import make_job
 
 pytestmark = pytest.mark.django_db

@@ -6,8 +6,8 @@ import pytest
 from django.db import connection
 
 from queue_app.admin import JobAdmin
+from queue_app.admin.pagination import EstimatedCountPaginator, count_rows, estimated_count
 from queue_app.models import Job
-from queue_app.pagination import EstimatedCountPaginator, count_rows, estimated_count
 from tests.admin.conftest import changelist, make_job
 
 pytestmark = pytest.mark.django_db

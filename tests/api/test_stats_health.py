@@ -8,6 +8,7 @@ from django.utils import timezone
 
 from queue_app import dispatch, services
 from queue_app.conf import queue_settings
+from queue_app.engine import execution
 from queue_app.models import Job, OutboxMessage
 from tests.api.conftest import closed_port, post_json, run_in_child, submit
 
@@ -37,11 +38,11 @@ def test_stats_match_the_rows_and_redis(api, staff_api, two_queues):
     )
     running, done, failed, cancelled = (submit(api, queue="bulk").json()["id"] for _ in range(4))
     for job_id, outcome in ((running, None), (done, "complete"), (failed, "fail")):
-        [claimed] = services.claim_jobs([job_id], worker_id="w")
+        [claimed] = execution.claim_jobs([job_id], worker_id="w")
         if outcome == "complete":
-            services.complete_job(job_id, claimed.attempt, None)
+            execution.complete_job(job_id, claimed.attempt, None)
         elif outcome == "fail":
-            services.fail_job(job_id, claimed.attempt, "boom", retry=False)
+            execution.fail_job(job_id, claimed.attempt, "boom", retry=False)
     services.cancel_job(cancelled)
     rows = list(OutboxMessage.objects.order_by("id"))
     assert [(row.job_id, row.action) for row in rows[-2:]] == [

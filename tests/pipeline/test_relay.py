@@ -9,7 +9,7 @@ from django.db.models.functions import Now
 
 from queue_app import dispatch
 from queue_app.models import OutboxMessage
-from queue_app.relay import Relay
+from queue_app.runtime.relay import Relay
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
 from tests.helpers import kill_group, manage, wait_until
 

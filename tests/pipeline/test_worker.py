@@ -9,8 +9,10 @@ from django.db import connection
 from structlog.testing import capture_logs
 
 from queue_app import services
+from queue_app.engine import execution
+from queue_app.engine.execution import claim_jobs
 from queue_app.models import Job, JobLog
-from queue_app.services import JobRequest, claim_jobs, enqueue_job, enqueue_jobs
+from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
 from tests.helpers import relay_all, run_worker
 from tests.probe.jobs import RUN_ORDER
 from tests.probe.models import Effect, Execution
@@ -117,7 +119,7 @@ def test_completion_after_cancel_is_fenced_and_result_not_written():
     relay_all()
     [claimed] = claim_jobs([str(job.id)], worker_id="w")
     services.cancel_job(job.id)
-    assert services.complete_job(claimed.id, claimed.attempt, {"v": 1}) is False
+    assert execution.complete_job(claimed.id, claimed.attempt, {"v": 1}) is False
     job.refresh_from_db()
     assert job.status == "cancelled" and job.result is None
     assert events(job)[-1] == "completion_fenced"
@@ -127,12 +129,12 @@ def test_stale_attempt_cannot_complete_after_rescue_and_reclaim(queue_config):
     job = enqueue_job("demo.echo")
     [first] = claim_jobs([str(job.id)], worker_id="old")
     Job.objects.filter(id=job.id).update(lease_expires_at="2000-01-01T00:00:00Z")
-    services.rescue_expired_leases()
+    execution.rescue_expired_leases()
     Job.objects.filter(id=job.id).update(next_retry_at=None)
     [second] = claim_jobs([str(job.id)], worker_id="new")
     assert second.attempt == first.attempt + 1
-    assert services.complete_job(first.id, first.attempt, "stale") is False
-    assert services.complete_job(second.id, second.attempt, "fresh") is True
+    assert execution.complete_job(first.id, first.attempt, "stale") is False
+    assert execution.complete_job(second.id, second.attempt, "fresh") is True
     job.refresh_from_db()
     assert job.result == "fresh"
 
@@ -141,7 +143,7 @@ def test_atomic_handler_effect_rolls_back_when_fenced():
     job = enqueue_job("probe.effect", {"sleep": 0})
     [claimed] = claim_jobs([str(job.id)], worker_id="w")
     services.cancel_job(job.id)
-    from queue_app.worker import Worker
+    from queue_app.runtime.worker import Worker
 
     worker = Worker(worker_id="w", queues=["default"])
     worker.held[claimed.id] = claimed.attempt
@@ -209,7 +211,7 @@ def test_heartbeat_keeps_a_long_job_from_being_rescued(queue_config):
     queue_config(LEASE_SECONDS=1, HEARTBEAT_SECONDS=0.2)
     job = enqueue_job("probe.run", {"sleep": 3})
     stop = threading.Event()
-    rescuer = _in_background(services.rescue_expired_leases, stop)
+    rescuer = _in_background(execution.rescue_expired_leases, stop)
     try:
         run_worker()
     finally:

@@ -6,9 +6,9 @@ import pytest
 from django.db import connection
 
 from queue_app.models import Job, JobLog
-from queue_app.relay import Relay
+from queue_app.runtime.relay import Relay
+from queue_app.runtime.worker import Worker
 from queue_app.services import JobRequest, enqueue_jobs
-from queue_app.worker import Worker
 from tests.helpers import relay_all
 from tests.probe.models import Execution
 

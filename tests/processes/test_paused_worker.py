@@ -8,6 +8,7 @@ import pytest
 from django.db.models.functions import Now
 
 from queue_app import services
+from queue_app.engine import execution
 from queue_app.models import Job, JobLog
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
 from tests.helpers import child_env, kill_group, manage, relay_all, wait_until
@@ -34,7 +35,7 @@ def test_resumed_worker_does_not_start_batch_jobs_whose_lease_it_lost():
             message="the leases to run out",
         )
         # The reconciler's rescue, then the waiting jobs end elsewhere before the worker wakes.
-        assert len(services.rescue_expired_leases()) == 3
+        assert len(execution.rescue_expired_leases()) == 3
         for job in waiting:
             services.cancel_job(job.id)
         os.killpg(worker.pid, signal.SIGCONT)

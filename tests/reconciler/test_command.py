@@ -14,7 +14,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from queue_app import dispatch, services
+from queue_app import dispatch
+from queue_app.engine import execution
 from tests.helpers import child_env, manage, wait_until
 from tests.reconciler.proxy import TcpProxy, postgres_proxy, postgres_via, redis_proxy, redis_via
 from tests.reconciler.support import database_state, enqueue, mark_relayed, redis_state
@@ -78,9 +79,9 @@ def seed_every_case() -> dict[str, str]:
     finished = enqueue(1)[0]
     expired = enqueue(1)[0]
     mark_relayed()
-    (claimed,) = services.claim_jobs([str(finished.id)], worker_id="w")
-    services.complete_job(claimed.id, claimed.attempt, None)
-    services.claim_jobs([str(expired.id)], worker_id="dead")
+    (claimed,) = execution.claim_jobs([str(finished.id)], worker_id="w")
+    execution.complete_job(claimed.id, claimed.attempt, None)
+    execution.claim_jobs([str(expired.id)], worker_id="dead")
     with connection.cursor() as cursor:
         cursor.execute(
             "UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = %s", [expired.id]

@@ -5,7 +5,8 @@ import uuid
 import pytest
 
 from queue_app import dispatch, services
-from queue_app.reconciler import Reconciler
+from queue_app.engine import execution
+from queue_app.runtime.reconciler import Reconciler
 from tests.reconciler.support import enqueue, mark_relayed
 
 pytestmark = pytest.mark.django_db
@@ -13,8 +14,8 @@ pytestmark = pytest.mark.django_db
 
 def completed_job():
     (job,) = enqueue(1)
-    (claimed,) = services.claim_jobs([str(job.id)], worker_id="w1")
-    assert services.complete_job(claimed.id, claimed.attempt, {"ok": True})
+    (claimed,) = execution.claim_jobs([str(job.id)], worker_id="w1")
+    assert execution.complete_job(claimed.id, claimed.attempt, {"ok": True})
     return str(job.id)
 
 

@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from queue_app import dispatch
 from queue_app.models import Job
-from queue_app.reconciler import Reconciler
+from queue_app.runtime.reconciler import Reconciler
 from queue_app.states import Priority
 from tests.reconciler.support import QUEUES, enqueue, expected_place, mark_relayed, set_fields
 

@@ -4,8 +4,8 @@ import signal
 
 from django.core.management.base import BaseCommand, CommandError
 
-from queue_app.outages import STORE_ERRORS
-from queue_app.reconciler import Reconciler
+from queue_app.runtime.outages import STORE_ERRORS
+from queue_app.runtime.reconciler import Reconciler
 
 
 class Command(BaseCommand):

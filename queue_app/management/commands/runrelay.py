@@ -4,7 +4,7 @@ import signal
 
 from django.core.management.base import BaseCommand
 
-from queue_app.relay import Relay
+from queue_app.runtime.relay import Relay
 
 
 class Command(BaseCommand):

@@ -3,7 +3,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from queue_app.conf import queue_settings
-from queue_app.supervisor import Supervisor, default_name
+from queue_app.runtime.supervisor import Supervisor, default_name
 
 
 class Command(BaseCommand):

@@ -5,7 +5,7 @@ Redis can always be rebuilt from PostgreSQL. One run, in this order:
 
 1. rescue: ``processing`` jobs whose lease expired (their worker died) go back
    to ``queued`` with a backoff, or to ``failed`` when no attempt is left
-   (``services.rescue_expired_leases``; their outbox rows reach Redis through
+   (``execution.rescue_expired_leases``; their outbox rows reach Redis through
    the relay);
 2. prune: ids in any structure of a configured queue whose job is missing, no
    longer queued, or belongs elsewhere are removed (before restoring, so the
@@ -43,9 +43,10 @@ import redis
 import structlog
 from django.db import DatabaseError, connection, reset_queries
 
-from queue_app import dispatch, services
+from queue_app import dispatch
 from queue_app.conf import queue_settings
-from queue_app.outages import OutageGuard
+from queue_app.engine import execution
+from queue_app.runtime.outages import OutageGuard
 from queue_app.states import PRIORITY_TIER, Status
 
 log = structlog.get_logger("queue_app.reconciler")
@@ -252,7 +253,7 @@ class Reconciler:
             return
         while not self.stopping:
             # Each batch is one transaction (SKIP LOCKED, so two reconcilers share the work).
-            rows = services.rescue_expired_leases(limit=self.batch_size)
+            rows = execution.rescue_expired_leases(limit=self.batch_size)
             for job_id, status, attempts, *_ in rows:
                 action = REQUEUED_EXPIRED if status == Status.QUEUED else FAILED_EXPIRED
                 self._record(action, job_id=str(job_id), attempt=attempts)

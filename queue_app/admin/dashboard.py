@@ -25,10 +25,11 @@ from django.db.models import Count, Max, Min, Q
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
-from queue_app import charts, dispatch
+from queue_app import dispatch
+from queue_app.admin import charts
+from queue_app.admin.pagination import count_rows, estimated_count
 from queue_app.conf import queue_settings
 from queue_app.models import Job, JobLog, OutboxMessage
-from queue_app.pagination import count_rows, estimated_count
 from queue_app.states import TERMINAL, TRANSITIONS, Status
 
 THROUGHPUT_MINUTES = 60

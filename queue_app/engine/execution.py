@@ -11,11 +11,12 @@ from typing import Any
 import structlog
 from django.db import connection, transaction
 
-from queue_app import dispatch, selectors
+from queue_app import dispatch
 from queue_app.conf import queue_settings
+from queue_app.engine import selectors
+from queue_app.engine.outbox import enqueue_intent, notify_relay
 from queue_app.handlers import get_handler
 from queue_app.models import Job, JobLog, OutboxMessage
-from queue_app.services.outbox import enqueue_intent, notify_relay
 from queue_app.states import Status
 
 log = structlog.get_logger("queue_app.services")

@@ -21,9 +21,9 @@ from multiprocessing.connection import Connection, wait
 import structlog
 from django.db import connections
 
-from queue_app import services
 from queue_app.conf import queue_settings
-from queue_app.outages import OutageGuard
+from queue_app.engine import execution
+from queue_app.runtime.outages import OutageGuard
 
 log = structlog.get_logger("queue_app.supervisor")
 
@@ -57,7 +57,7 @@ def _die_with_parent() -> None:
 
 
 def _child_main(worker_id: str, queues: list[str], burst: bool, pipe: Connection) -> None:
-    from queue_app.worker import Worker
+    from queue_app.runtime.worker import Worker
 
     _die_with_parent()
 
@@ -167,11 +167,11 @@ class Supervisor:
                     held.pop(job_id, None)
                     timed_out = reason == "hard time limit exceeded"
                     if timed_out:
-                        services.fail_job(job_id, attempt, f"JobTimeLimitExceeded: {reason}; process killed")
+                        execution.fail_job(job_id, attempt, f"JobTimeLimitExceeded: {reason}; process killed")
                     else:
-                        services.hand_back_job(job_id, attempt, worker_id=child.worker_id, reason=reason)
+                        execution.hand_back_job(job_id, attempt, worker_id=child.worker_id, reason=reason)
                 for job_id, attempt in held.items():
-                    services.hand_back_job(job_id, attempt, worker_id=child.worker_id, reason=reason)
+                    execution.hand_back_job(job_id, attempt, worker_id=child.worker_id, reason=reason)
                 break
             except guard.errors as exc:
                 connections.close_all()

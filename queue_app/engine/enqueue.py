@@ -14,6 +14,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from queue_app.conf import queue_settings
+from queue_app.engine.outbox import notify_relay, ready_intent
 from queue_app.exceptions import (
     IdempotencyConflict,
     IdempotencyKeyInUse,
@@ -22,7 +23,6 @@ from queue_app.exceptions import (
 from queue_app.handlers import get_handler
 from queue_app.models import Job, JobLog, OutboxMessage
 from queue_app.payloads import check_json
-from queue_app.services.outbox import notify_relay, ready_intent
 from queue_app.states import Priority
 
 log = structlog.get_logger("queue_app.services")

@@ -17,11 +17,12 @@ import structlog
 from django.db import DatabaseError, connection, transaction
 from django.db.models.functions import Now
 
-from queue_app import dispatch, failpoints
+from queue_app import dispatch
 from queue_app.conf import queue_settings
+from queue_app.engine.outbox import OUTBOX_CHANNEL
 from queue_app.models import OutboxMessage
-from queue_app.outages import OutageGuard
-from queue_app.services import OUTBOX_CHANNEL
+from queue_app.runtime import failpoints
+from queue_app.runtime.outages import OutageGuard
 
 log = structlog.get_logger("queue_app.relay")
 

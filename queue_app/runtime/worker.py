@@ -22,13 +22,14 @@ from typing import Any
 import structlog
 from django.db import DatabaseError, connection, transaction
 
-from queue_app import dispatch, selectors, services
+from queue_app import dispatch
 from queue_app.conf import queue_settings
+from queue_app.engine import execution, selectors
+from queue_app.engine.execution import ClaimedJob, Completion
 from queue_app.exceptions import JobTimeLimitExceeded, LeaseLost, QueueError, WorkerShutdown
 from queue_app.handlers import HandlerSpec, _current_job, get_handler
-from queue_app.outages import OutageGuard
 from queue_app.payloads import check_json
-from queue_app.services import ClaimedJob, Completion
+from queue_app.runtime.outages import OutageGuard
 from queue_app.states import PRIORITY_TIER
 
 log = structlog.get_logger("queue_app.worker")
@@ -203,7 +204,7 @@ class Worker:
         # The previous batch's completions and this claim share one commit.
         with transaction.atomic():
             written = self._write_completions()
-            claimed = services.claim_jobs(ids, worker_id=self.worker_id)
+            claimed = execution.claim_jobs(ids, worker_id=self.worker_id)
         self._leases_confirmed_at = claim_started
         self._forget(written)
         for job in claimed:
@@ -244,7 +245,7 @@ class Worker:
         if fresh and job.id not in self.lost:
             return True
         asked = time.monotonic()
-        still_held = services.extend_leases(
+        still_held = execution.extend_leases(
             [(pending.id, pending.attempt) for pending in self.unstarted], worker_id=self.worker_id
         )
         self._leases_confirmed_at = asked
@@ -324,7 +325,7 @@ class Worker:
             finally:
                 self._disarm()
         except _Fenced:
-            services.note_fenced(job.id, job.attempt)
+            execution.note_fenced(job.id, job.attempt)
         except LeaseLost as exc:
             log.warning("job_lease_lost", job_id=job.id, attempt=job.attempt, reason=str(exc))
             self.held.pop(job.id, None)
@@ -363,7 +364,7 @@ class Worker:
             result = spec.func(dict(job.payload))
             self._disarm()
             self._check_result(result)
-            if not services.complete_jobs([Completion(job.id, job.attempt, result)]):
+            if not execution.complete_jobs([Completion(job.id, job.attempt, result)]):
                 raise _Fenced()
         self.held.pop(job.id, None)
         return None
@@ -373,18 +374,18 @@ class Worker:
         check_json(result, field="result", max_bytes=MAX_RESULT_BYTES, max_depth=64)
 
     def _settle_failure(self, job: ClaimedJob, error: str, *, retry: bool) -> None:
-        services.fail_job(job.id, job.attempt, error, retry=retry)
+        execution.fail_job(job.id, job.attempt, error, retry=retry)
         self.held.pop(job.id, None)
 
     def _hand_back(self, job: ClaimedJob, reason: str) -> None:
-        services.hand_back_job(job.id, job.attempt, worker_id=self.worker_id, reason=reason)
+        execution.hand_back_job(job.id, job.attempt, worker_id=self.worker_id, reason=reason)
         self.held.pop(job.id, None)
 
     def _write_completions(self) -> list[Completion]:
         """Write batched completions (the caller commits); returns what was written."""
         pending = list(self.completions)
         if pending:
-            services.complete_jobs(pending)
+            execution.complete_jobs(pending)
         return pending
 
     def _forget(self, written: list[Completion]) -> None:
@@ -407,7 +408,7 @@ class Worker:
             try:
                 for job_id, attempt in selectors.held_by(self.worker_id):
                     log.warning("job_recovered_from_previous_incarnation", job_id=job_id, attempt=attempt)
-                    services.fail_job(
+                    execution.fail_job(
                         job_id, attempt, "worker restarted: its previous process died", retry=True
                     )
                 return
@@ -421,7 +422,7 @@ class Worker:
             try:
                 self._flush_completions()
                 for job_id, attempt in list(self.held.items()):
-                    services.hand_back_job(
+                    execution.hand_back_job(
                         job_id, attempt, worker_id=self.worker_id, reason="worker stopped before running it"
                     )
                     self.held.pop(job_id, None)
@@ -454,7 +455,7 @@ class Heartbeat(threading.Thread):
         if not held:
             return
         try:
-            still_held = services.extend_leases(held, worker_id=worker.worker_id)
+            still_held = execution.extend_leases(held, worker_id=worker.worker_id)
         except OutageGuard.errors as exc:
             log.warning("heartbeat_failed", worker=worker.worker_id, error=str(exc)[:300])
             connection.close()

@@ -5,12 +5,12 @@ from __future__ import annotations
 import structlog
 from django.db import connection, transaction
 
+from queue_app.engine.outbox import enqueue_intent, notify_relay, ready_intent
 from queue_app.exceptions import (
     JobNotFound,
     TransitionNotAllowed,
 )
 from queue_app.models import Job, JobLog, OutboxMessage
-from queue_app.services.outbox import enqueue_intent, notify_relay, ready_intent
 from queue_app.states import Status
 
 log = structlog.get_logger("queue_app.services")

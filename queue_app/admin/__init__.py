@@ -26,13 +26,14 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from queue_app import dashboard, services
+from queue_app import services
+from queue_app.admin import dashboard
+from queue_app.admin.pagination import EstimatedCountPaginator
+from queue_app.admin.search import job_search_filter, log_search_filter, search_words
 from queue_app.conf import queue_settings
 from queue_app.exceptions import JobNotFound, TransitionNotAllowed
 from queue_app.handlers import registered_types
 from queue_app.models import Job, JobLog, OutboxMessage
-from queue_app.pagination import EstimatedCountPaginator
-from queue_app.search import job_search_filter, log_search_filter, search_words
 from queue_app.states import Status
 
 EXCERPT_LENGTH = 80

@@ -1,0 +1,1 @@
+"""The long-running processes: relay, worker (and its supervisor), reconciler."""

@@ -1,0 +1,43 @@
+"""The public Python API: what application code imports.
+
+    from queue_app.services import enqueue_job, cancel_job, retry_job, job_handler
+
+Everything here joins the caller's transaction: a job enqueued inside
+``transaction.atomic()`` exists (and will run) only if that block commits.
+The engine's internals (claims, completions, leases) live in
+``queue_app.engine`` and are not part of this API.
+"""
+
+from queue_app.engine.actions import cancel_job, reenqueue_job, retry_job
+from queue_app.engine.enqueue import MAX_ATTEMPTS_LIMIT, JobRequest, enqueue_job, enqueue_jobs
+from queue_app.exceptions import (
+    IdempotencyConflict,
+    IdempotencyKeyInUse,
+    InvalidJob,
+    JobNotFound,
+    PayloadTooLarge,
+    QueueError,
+    TransitionNotAllowed,
+    UnknownJobType,
+)
+from queue_app.handlers import current_job, job_handler
+
+__all__ = [
+    "MAX_ATTEMPTS_LIMIT",
+    "IdempotencyConflict",
+    "IdempotencyKeyInUse",
+    "InvalidJob",
+    "JobNotFound",
+    "JobRequest",
+    "PayloadTooLarge",
+    "QueueError",
+    "TransitionNotAllowed",
+    "UnknownJobType",
+    "cancel_job",
+    "current_job",
+    "enqueue_job",
+    "enqueue_jobs",
+    "job_handler",
+    "reenqueue_job",
+    "retry_job",
+]
