@@ -13,7 +13,7 @@ from django.db import connection, transaction
 
 from queue_app import dispatch
 from queue_app.conf import queue_settings
-from queue_app.engine import selectors
+from queue_app.engine import selectors, sql
 from queue_app.engine.outbox import enqueue_intent, notify_relay
 from queue_app.handlers import get_handler
 from queue_app.models import Job, JobLog, OutboxMessage
@@ -32,25 +32,6 @@ class ClaimedJob:
     max_attempts: int
 
 
-_CLAIM_SQL = """
-WITH claimed AS (
-    UPDATE jobs
-       SET status = 'processing', attempts = attempts + 1, started_at = now(),
-           next_retry_at = NULL, worker_id = %(worker)s,
-           lease_expires_at = now() + make_interval(secs => %(lease)s)
-     WHERE id = ANY(%(ids)s::uuid[]) AND status = 'queued'
-       AND (next_retry_at IS NULL OR next_retry_at <= now())
- RETURNING id, type, queue, payload, attempts, max_attempts
-), logged AS (
-    INSERT INTO job_logs (job_id, created_at, level, event, message, extra)
-    SELECT id, now(), 'info', 'claimed', 'claimed by ' || %(worker)s,
-           jsonb_build_object('attempt', attempts, 'worker', %(worker)s)
-      FROM claimed
-)
-SELECT id, type, queue, payload, attempts, max_attempts FROM claimed
-"""
-
-
 def claim_jobs(ids: Sequence[str], *, worker_id: str) -> list[ClaimedJob]:
     """Compare-and-set claim of popped ids in one statement; others are logged and dropped.
 
@@ -62,7 +43,7 @@ def claim_jobs(ids: Sequence[str], *, worker_id: str) -> list[ClaimedJob]:
     lease = queue_settings().LEASE_SECONDS
     valid_ids = [str(pk) for pk in selectors.valid_ids(ids)]
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
-        cursor.execute(_CLAIM_SQL, {"ids": valid_ids, "worker": worker_id, "lease": lease})
+        cursor.execute(sql.query("claim_jobs"), {"ids": valid_ids, "worker": worker_id, "lease": lease})
         rows = cursor.fetchall()
     # Run in pop order (priority, then age); RETURNING order is unspecified.
     position = {job_id: index for index, job_id in enumerate(valid_ids)}
