@@ -96,10 +96,10 @@ def run_reconciler(env: dict[str, str], batch_size: int | None) -> tuple[float, 
 
 
 def check_redis(client, n: int) -> str:
-    from queue_app import dispatch
+    from queue_app import broker
     from queue_app.conf import queue_settings
 
-    depths = dispatch.depths(client, list(queue_settings().QUEUES.items()))
+    depths = broker.depths(client, list(queue_settings().QUEUES.items()))
     total = sum(sum(structures.values()) for structures in depths.values())
     if total != n:
         raise SystemExit(f"Redis holds {total:,} ids, expected {n:,}: {depths}")
@@ -127,11 +127,11 @@ def main() -> None:
     django.setup()
     from django.core.management import call_command
 
-    from queue_app import dispatch
+    from queue_app import broker
 
     call_command("migrate", verbosity=0)
     seed(args.jobs)
-    client = dispatch.get_client()
+    client = broker.get_client()
     client.flushdb()
     env = {**os.environ, "LOG_FORMAT": "json", "PYTHONUNBUFFERED": "1"}
 

@@ -82,7 +82,7 @@ def main() -> int:
     from django.core.management import call_command
     from django.db import connection
 
-    from queue_app import dispatch
+    from queue_app import broker
     from queue_app.runtime.relay import Relay
     from queue_app.services import JobRequest, enqueue_jobs
 
@@ -100,7 +100,7 @@ def main() -> int:
         for count in counts:
             with connection.cursor() as cursor:
                 cursor.execute("TRUNCATE jobs, job_logs, job_outbox")
-            dispatch.get_client().flushdb()
+            broker.get_client().flushdb()
             started = time.perf_counter()
             for start in range(0, args.jobs, 1000):
                 enqueue_jobs([JobRequest(type="demo.echo") for _ in range(min(1000, args.jobs - start))])

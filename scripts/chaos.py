@@ -325,7 +325,7 @@ def exercise(
     figures: report.Figures,
 ) -> list[clients.Submission]:
     """Submit while the faults run, then let the system settle; returns the client's record."""
-    from queue_app import dispatch
+    from queue_app import broker
 
     specs = clients.plan_submissions(args.seed, args.jobs, window=args.duration * 0.8)
     submissions = [clients.Submission(spec) for spec in specs]
@@ -348,7 +348,7 @@ def exercise(
     injector = Injector(
         cast=cast,
         stores=stores,
-        redis_client=dispatch.get_client,
+        redis_client=broker.get_client,
         pick_ids=ids_for_stale_pushes,
         busy_workers=busy_worker_names,
         seed=args.seed,

@@ -3,13 +3,13 @@
 import pytest
 from django.conf import settings
 
-from queue_app import dispatch
+from queue_app import broker
 
 
 @pytest.fixture(autouse=True)
 def redis_client():
     """The tests' own Redis database, emptied around every test."""
-    client = dispatch.get_client()
+    client = broker.get_client()
     client.flushdb()
     yield client
     client.flushdb()

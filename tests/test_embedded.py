@@ -10,9 +10,9 @@ from tests.helpers import PROJECT_ROOT
 PROBE = (
     "import django, json; django.setup();"
     "from django.conf import settings; from django.db import connection;"
-    "from queue_app import dispatch;"
+    "from queue_app import broker;"
     "cursor = connection.cursor(); cursor.execute('SELECT pg_postmaster_start_time()::text');"
-    "info = dispatch.get_client().info('server');"
+    "info = broker.get_client().info('server');"
     "print(json.dumps({'db': settings.DATABASE_URL, 'redis': settings.REDIS_URL,"
     " 'pg_started': cursor.fetchone()[0], 'redis_pid': info['process_id']}))"
 )

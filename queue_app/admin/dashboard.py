@@ -25,7 +25,7 @@ from django.db.models import Count, Max, Min, Q
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
-from queue_app import dispatch
+from queue_app import broker
 from queue_app.admin import charts
 from queue_app.admin.pagination import count_rows, estimated_count
 from queue_app.conf import queue_settings
@@ -152,7 +152,7 @@ def _outbox_backlog() -> dict[str, tuple[int, datetime]]:
 
 def _redis_depths(queues: list[tuple[str, bool]]) -> tuple[dict[str, dict[str, int]], str]:
     try:
-        return dispatch.depths(dispatch.get_client(), queues), ""
+        return broker.depths(broker.get_client(), queues), ""
     except (redis.RedisError, OSError) as exc:
         return {}, f"Redis could not be read: {exc}"
 

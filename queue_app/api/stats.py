@@ -10,7 +10,7 @@ from django.db.models import Count, DurationField, ExpressionWrapper, Min
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from queue_app import dispatch
+from queue_app import broker
 from queue_app.conf import queue_settings
 from queue_app.models import Job, OutboxMessage
 from queue_app.states import Status
@@ -58,7 +58,7 @@ def redis_depths() -> tuple[dict[str, dict[str, int]] | None, str | None]:
     """Ids in each Redis structure by queue, or (None, error) when Redis does not answer."""
     queues = list(queue_settings().QUEUES.items())
     try:
-        return dispatch.depths(dispatch.get_client(), queues), None
+        return broker.depths(broker.get_client(), queues), None
     except redis.RedisError as exc:
         return None, f"{type(exc).__name__}: {exc}"
 

@@ -11,7 +11,7 @@ from typing import Any
 import structlog
 from django.db import connection, transaction
 
-from queue_app import dispatch
+from queue_app import broker
 from queue_app.conf import queue_settings
 from queue_app.engine import selectors, sql
 from queue_app.engine.outbox import enqueue_intent, notify_relay
@@ -201,7 +201,7 @@ def _settle_failures(
                     job_id=job_id,
                     action=OutboxMessage.Action.SCHEDULE,
                     queue=queue,
-                    score=dispatch.due_score(next_retry_at),
+                    score=broker.due_score(next_retry_at),
                 )
             )
         else:

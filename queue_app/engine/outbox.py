@@ -6,7 +6,7 @@ from datetime import datetime
 
 from django.db import connection
 
-from queue_app import dispatch
+from queue_app import broker
 from queue_app.models import Job, OutboxMessage
 from queue_app.states import PRIORITY_TIER
 
@@ -21,7 +21,7 @@ def ready_intent(job: Job) -> OutboxMessage:
             job_id=job.id,
             action=OutboxMessage.Action.SCHEDULE,
             queue=job.queue,
-            score=dispatch.due_score(job.next_retry_at),
+            score=broker.due_score(job.next_retry_at),
         )
     return enqueue_intent(job.id, job.queue, job.priority, job.enqueued_at)
 
@@ -32,7 +32,7 @@ def enqueue_intent(job_id, queue: str, priority: str, enqueued_at: datetime) -> 
         job_id=job_id,
         action=OutboxMessage.Action.ENQUEUE,
         queue=queue,
-        score=dispatch.priority_score(PRIORITY_TIER[priority], enqueued_at),
+        score=broker.priority_score(PRIORITY_TIER[priority], enqueued_at),
     )
 
 

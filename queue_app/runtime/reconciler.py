@@ -14,7 +14,7 @@ Redis can always be rebuilt from PostgreSQL. One run, in this order:
    ready structure (priority score, or FIFO position in enqueue order),
    waiting ones to the retry set.
 
-It writes Redis directly through ``dispatch`` (a repair, not an intent, so
+It writes Redis directly through ``broker`` (a repair, not an intent, so
 no outbox row) and works in batches: keyset pages of queued jobs, pipelined
 membership look-ups, chunked scans. Memory stays flat however many jobs
 there are.
@@ -43,7 +43,7 @@ import redis
 import structlog
 from django.db import DatabaseError, connection, reset_queries
 
-from queue_app import dispatch
+from queue_app import broker
 from queue_app.conf import queue_settings
 from queue_app.engine import execution
 from queue_app.runtime.outages import OutageGuard
@@ -206,7 +206,7 @@ class Reconciler:
         """One full pass; raises the store's error if PostgreSQL or Redis fails mid-way."""
         started = time.monotonic()
         self._counts = Counter()
-        client = dispatch.get_client()
+        client = broker.get_client()
         self._rescue_expired_leases()
         self._prune_stale_ids(client)
         self._restore_missing(client)
@@ -268,9 +268,9 @@ class Reconciler:
         # missing from Redis; the next run's restore re-adds it (after the grace).
         for queue, fifo in self.queues.items():
             structures = (
-                ("priority", dispatch.priority_key(queue), not fifo),
-                ("fifo", dispatch.fifo_key(queue), fifo),
-                ("retry", dispatch.retry_key(queue), True),
+                ("priority", broker.priority_key(queue), not fifo),
+                ("fifo", broker.fifo_key(queue), fifo),
+                ("retry", broker.retry_key(queue), True),
             )
             for structure, key, expected in structures:
                 if self.stopping:
@@ -279,7 +279,7 @@ class Reconciler:
                 def pick(ids, queue=queue, structure=structure, expected=expected):
                     return self._stale(ids, queue=queue, structure=structure, expected=expected)
 
-                prune = dispatch.prune_list if structure == "fifo" else dispatch.prune_sorted_set
+                prune = broker.prune_list if structure == "fifo" else broker.prune_sorted_set
                 prune(client, key, pick, chunk=self.batch_size, remove=not self.dry_run)
 
     def _stale(self, ids: list[str], *, queue: str, structure: str, expected: bool) -> list[str]:
@@ -322,10 +322,10 @@ class Reconciler:
             # A set copy of each FIFO list makes membership O(1) per id (LPOS is O(N)).
             # A dry run creates it too, and deletes it below: no net change.
             for queue in fifo_queues:
-                dispatch.snapshot_list(
+                broker.snapshot_list(
                     client,
-                    dispatch.fifo_key(queue),
-                    dispatch.reconcile_members_key(queue, token),
+                    broker.fifo_key(queue),
+                    broker.reconcile_members_key(queue, token),
                     chunk=self._script_chunk,
                 )
             for page in self._pages(_QUEUED_PAGE_SQL, {"grace": self.grace_seconds}):
@@ -335,11 +335,11 @@ class Reconciler:
                 # in the staging key, which expires; the next run finds those jobs
                 # missing and stages them again.
                 for queue in fifo_queues:
-                    dispatch.release_staged(client, queue, token, chunk=self._script_chunk)
+                    broker.release_staged(client, queue, token, chunk=self._script_chunk)
         finally:
             with contextlib.suppress(redis.RedisError):
                 for queue in fifo_queues:
-                    dispatch.discard_reconcile_keys(client, queue, token)
+                    broker.discard_reconcile_keys(client, queue, token)
 
     def _restore_page(self, client: redis.Redis, jobs: list[QueuedJob], token: str) -> None:
         known = [job for job in jobs if job.queue in self.queues]
@@ -348,19 +348,19 @@ class Reconciler:
                 self._skip(SKIPPED_UNKNOWN_QUEUE, job_id=job.id, queue=job.queue, level="warning")
         due = [job for job in known if job.due]
         lookups = [
-            dispatch.Lookup(dispatch.retry_key(queue), [j.id for j in known if j.queue == queue])
+            broker.Lookup(broker.retry_key(queue), [j.id for j in known if j.queue == queue])
             for queue in self.queues
         ]
         for queue, fifo in self.queues.items():
             ids = [j.id for j in due if j.queue == queue]
             if fifo:
                 lookups.append(
-                    dispatch.Lookup(dispatch.reconcile_members_key(queue, token), ids, sorted_set=False)
+                    broker.Lookup(broker.reconcile_members_key(queue, token), ids, sorted_set=False)
                 )
             else:
-                lookups.append(dispatch.Lookup(dispatch.priority_key(queue), ids))
+                lookups.append(broker.Lookup(broker.priority_key(queue), ids))
         present: set[str] = set()
-        for lookup, answers in zip(lookups, dispatch.contains(client, lookups), strict=True):
+        for lookup, answers in zip(lookups, broker.contains(client, lookups), strict=True):
             present.update(job_id for job_id, member in zip(lookup.ids, answers, strict=True) if member)
 
         intents = []
@@ -387,22 +387,22 @@ class Reconciler:
         if intents and not self.dry_run:
             # A crash between the PostgreSQL page and this write restores nothing of
             # the page; the next run finds the same jobs missing and restores them.
-            dispatch.restore(client, intents, staging_token=token)
+            broker.restore(client, intents, staging_token=token)
 
-    def _restore_intent(self, job: QueuedJob) -> dispatch.Intent:
+    def _restore_intent(self, job: QueuedJob) -> broker.Intent:
         fifo = self.queues[job.queue]
         if not job.due:
-            score = dispatch.due_score(job.next_retry_at)
+            score = broker.due_score(job.next_retry_at)
             self._record(RESTORED_RETRY, job_id=job.id, queue=job.queue, structure="retry", score=score)
-            return dispatch.Intent("schedule", job.id, job.queue, fifo, score)
+            return broker.Intent("schedule", job.id, job.queue, fifo, score)
         if fifo:
-            score = dispatch.enqueue_order_score(job.enqueued_at)
+            score = broker.enqueue_order_score(job.enqueued_at)
             structure = "fifo"
         else:
-            score = dispatch.priority_score(PRIORITY_TIER[job.priority], job.enqueued_at)
+            score = broker.priority_score(PRIORITY_TIER[job.priority], job.enqueued_at)
             structure = "priority"
         self._record(RESTORED_READY, job_id=job.id, queue=job.queue, structure=structure, score=score)
-        return dispatch.Intent("enqueue", job.id, job.queue, fifo, score)
+        return broker.Intent("enqueue", job.id, job.queue, fifo, score)
 
     # --- helpers ---------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ import structlog
 from django.db import DatabaseError, connection, transaction
 from django.db.models.functions import Now
 
-from queue_app import dispatch
+from queue_app import broker
 from queue_app.conf import queue_settings
 from queue_app.engine.outbox import OUTBOX_CHANNEL
 from queue_app.models import OutboxMessage
@@ -52,10 +52,10 @@ class Relay:
             )
             if not rows:
                 return 0
-            dispatch.apply(
-                dispatch.get_client(),
+            broker.apply(
+                broker.get_client(),
                 (
-                    dispatch.Intent(action, str(job_id), queue, fifo_queues.get(queue, False), score)
+                    broker.Intent(action, str(job_id), queue, fifo_queues.get(queue, False), score)
                     for _, action, job_id, queue, score in rows
                 ),
             )

@@ -22,7 +22,7 @@ from typing import Any
 import structlog
 from django.db import DatabaseError, connection, transaction
 
-from queue_app import dispatch
+from queue_app import broker
 from queue_app.conf import queue_settings
 from queue_app.engine import execution, selectors
 from queue_app.engine.execution import ClaimedJob, Completion
@@ -183,14 +183,14 @@ class Worker:
         if self.unstarted:
             # The rest of a batch a store error interrupted: back to the queue, not counted.
             self._hand_back_unstarted("not started: a store error interrupted its batch")
-        client = dispatch.get_client()
+        client = broker.get_client()
         self._promote_due(client)
-        ids = dispatch.pop_ready(client, self.modes, self.batch_size)
+        ids = broker.pop_ready(client, self.modes, self.batch_size)
         if not ids:
             self._flush_completions()
             if self.burst and not self.held and not selectors.has_queued(self.queues):
                 return False
-            ids = dispatch.wait_ready(client, self.modes, self.poll_seconds)
+            ids = broker.wait_ready(client, self.modes, self.poll_seconds)
             if not ids:
                 return True
         # A crash (or outage) from here until the claim commits loses these ids from
@@ -267,10 +267,10 @@ class Worker:
         """Ids promoted a little early (clocks differ) go back to the retry set."""
         waiting = selectors.not_due(ids)
         if waiting:
-            dispatch.apply(
-                dispatch.get_client(),
+            broker.apply(
+                broker.get_client(),
                 (
-                    dispatch.Intent("schedule", job_id, queue, False, dispatch.due_score(due))
+                    broker.Intent("schedule", job_id, queue, False, broker.due_score(due))
                     for job_id, queue, due in waiting
                 ),
             )
@@ -282,21 +282,21 @@ class Worker:
         self._last_promote = time.monotonic()
         fifo = dict(self.modes)
         for queue in self.queues:
-            taken = dispatch.take_due(client, queue)
+            taken = broker.take_due(client, queue)
             if not taken:
                 continue
             # A crash between take_due and apply loses these ids from Redis only;
             # the reconciler re-adds queued jobs missing from every structure.
             rows = selectors.queued_for_promotion(taken)
-            dispatch.apply(
+            broker.apply(
                 client,
                 (
-                    dispatch.Intent(
+                    broker.Intent(
                         "enqueue",
                         job_id,
                         job_queue,
                         fifo.get(job_queue, False),
-                        dispatch.priority_score(PRIORITY_TIER[priority], enqueued_at),
+                        broker.priority_score(PRIORITY_TIER[priority], enqueued_at),
                     )
                     for job_id, job_queue, priority, enqueued_at, _ in rows
                 ),

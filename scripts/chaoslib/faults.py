@@ -186,7 +186,7 @@ class Injector:
 
     def _push_stale_ids(self, fault: Fault) -> str:
         """Ids a worker must not run again: queued ones twice, finished ones, and unknown ones."""
-        from queue_app import dispatch
+        from queue_app import broker
 
         ids = self.pick_ids()
         rng = self.rng
@@ -199,12 +199,12 @@ class Injector:
             queue, fifo = rng.choice([("default", False), ("bulk", True)])
             place = rng.random()
             if place < 0.7:
-                score = dispatch.priority_score(rng.randrange(3), datetime.fromtimestamp(now, UTC))
-                intents.append(dispatch.Intent("enqueue", job_id, queue, fifo, score))
+                score = broker.priority_score(rng.randrange(3), datetime.fromtimestamp(now, UTC))
+                intents.append(broker.Intent("enqueue", job_id, queue, fifo, score))
             else:
                 # Already due in the retry set: a worker's promotion moves it, then the claim drops it.
-                intents.append(dispatch.Intent("schedule", job_id, queue, fifo, now - 1))
-        if not self._with_redis(lambda client: dispatch.apply(client, intents)):
+                intents.append(broker.Intent("schedule", job_id, queue, fifo, now - 1))
+        if not self._with_redis(lambda client: broker.apply(client, intents)):
             return None
         return f"pushed {len(queued)} queued, {len(finished)} finished and {len(unknown)} unknown ids"
 

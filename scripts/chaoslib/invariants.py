@@ -4,7 +4,7 @@ The client's record and the journal are loaded into two tables of the run's
 database (``chaos_submission``, ``chaos_execution``) so that each invariant
 is one query returning its counter-examples. The log-trail walk and the
 Redis comparison are done in Python against ``queue_app.states`` and
-``queue_app.dispatch``.
+``queue_app.broker``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from django.db import connection
 
 from chaoslib.clients import Submission
-from queue_app import dispatch
+from queue_app import broker
 from queue_app.states import INITIAL_EVENT, TERMINAL, TRANSITIONS, Status
 
 # Log events that record a decision, not a transition; allowed anywhere in a trail.
@@ -240,7 +240,7 @@ def check_redis_agrees(queues: dict[str, bool]) -> Result:
     """After a reconcile (workers stopped): every queued job is where it belongs, nothing else is."""
     from django.utils import timezone
 
-    client = dispatch.get_client()
+    client = broker.get_client()
     with connection.cursor() as cursor:
         cursor.execute("SELECT id::text, queue, next_retry_at FROM jobs WHERE status = 'queued'")
         queued = {job_id: (queue, due) for job_id, queue, due in cursor.fetchall()}
@@ -248,24 +248,24 @@ def check_redis_agrees(queues: dict[str, bool]) -> Result:
     problems = []
     members: dict[str, dict[str, float | None]] = {}
     for queue, fifo in queues.items():
-        members[dispatch.retry_key(queue)] = dict(
-            client.zrange(dispatch.retry_key(queue), 0, -1, withscores=True)
+        members[broker.retry_key(queue)] = dict(
+            client.zrange(broker.retry_key(queue), 0, -1, withscores=True)
         )
-        ready = dispatch.ready_key(queue, fifo)
+        ready = broker.ready_key(queue, fifo)
         members[ready] = (
             dict.fromkeys(client.lrange(ready, 0, -1))
             if fifo
             else dict(client.zrange(ready, 0, -1, withscores=True))
         )
-        other = dispatch.ready_key(queue, not fifo)
+        other = broker.ready_key(queue, not fifo)
         if client.exists(other):
             problems.append((other, "a ready structure this queue does not use holds ids"))
     for job_id, (queue, due) in queued.items():
-        retry = members[dispatch.retry_key(queue)]
-        ready = members[dispatch.ready_key(queue, queues[queue])]
+        retry = members[broker.retry_key(queue)]
+        ready = members[broker.ready_key(queue, queues[queue])]
         if due is not None and due > now:
             score = retry.get(job_id)
-            if score is None or abs(score - dispatch.due_score(due)) > 0.001:
+            if score is None or abs(score - broker.due_score(due)) > 0.001:
                 problems.append((job_id, f"waiting until {due.isoformat()} but retry score is {score}"))
         elif job_id not in ready and job_id not in retry:
             problems.append((job_id, "due but in no ready structure"))

@@ -12,7 +12,7 @@ from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 
-from queue_app import dispatch, services
+from queue_app import broker, services
 from queue_app.admin import dashboard
 from queue_app.admin.pagination import count_rows
 from queue_app.models import Job, JobLog, OutboxMessage
@@ -29,10 +29,10 @@ def relay(jobs, *, popped: bool = False) -> None:
     rows = OutboxMessage.objects.filter(job__in=jobs, dispatched_at__isnull=True)
     if not popped:
         intents = [
-            dispatch.Intent(row.action, str(row.job_id), row.queue, row.queue == "reports", row.score)
+            broker.Intent(row.action, str(row.job_id), row.queue, row.queue == "reports", row.score)
             for row in rows
         ]
-        dispatch.apply(dispatch.get_client(), intents)
+        broker.apply(broker.get_client(), intents)
     rows.update(dispatched_at=timezone.now())
 
 
@@ -47,7 +47,7 @@ def busy_queues(queues, redis_client):
     reports = make_job(queue="reports")
     relay([default_relayed, scheduled, reports])
     relay([completed, failed], popped=True)
-    redis_client.rpush(dispatch.fifo_key("reports"), "00000000-0000-0000-0000-000000000000")
+    redis_client.rpush(broker.fifo_key("reports"), "00000000-0000-0000-0000-000000000000")
     return {"waiting": default_waiting, "failed": failed, "completed": completed}
 
 
@@ -125,7 +125,7 @@ def test_fragment_is_the_refreshing_part_with_fresh_figures(admin_client, busy_q
 
 def test_unreachable_redis_is_reported_not_fatal(admin_client, busy_queues, monkeypatch):
     closed_port = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.5)
-    monkeypatch.setattr(dispatch, "get_client", lambda: closed_port)
+    monkeypatch.setattr(broker, "get_client", lambda: closed_port)
     response = admin_client.get(URL)
     assert response.status_code == 200
     snap = response.context["snapshot"]

@@ -6,7 +6,7 @@ from uuid import UUID
 import pytest
 from django.utils import timezone
 
-from queue_app import dispatch, services
+from queue_app import broker, services
 from queue_app.conf import queue_settings
 from queue_app.engine import execution
 from queue_app.models import Job, OutboxMessage
@@ -17,9 +17,9 @@ def _relay(rows) -> None:
     """Apply outbox rows to Redis and mark them dispatched, as the relay does."""
     queues = queue_settings().QUEUES
     intents = [
-        dispatch.Intent(row.action, str(row.job_id), row.queue, queues[row.queue], row.score) for row in rows
+        broker.Intent(row.action, str(row.job_id), row.queue, queues[row.queue], row.score) for row in rows
     ]
-    dispatch.apply(dispatch.get_client(), intents)
+    broker.apply(broker.get_client(), intents)
     OutboxMessage.objects.filter(id__in=[row.id for row in rows]).update(dispatched_at=timezone.now())
 
 
@@ -104,7 +104,7 @@ def test_stats_are_for_staff_only(api, client):
 @pytest.mark.django_db
 def test_stats_still_answer_when_redis_does_not(staff_api, settings, monkeypatch):
     settings.REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
-    monkeypatch.setattr(dispatch, "_client", None)  # the next get_client() uses the new URL
+    monkeypatch.setattr(broker, "_client", None)  # the next get_client() uses the new URL
 
     response = staff_api.get("/api/stats/")
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from queue_app import dispatch
+from queue_app import broker
 
 START = datetime(2020, 1, 1, tzinfo=UTC)
 END = datetime(2055, 1, 1, tzinfo=UTC)
@@ -24,14 +24,14 @@ def test_original_scoring_ties_jobs_one_millisecond_apart():
     first = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
     second = first + timedelta(milliseconds=1)
     assert original_score(1, first) == original_score(1, second)  # the bug we fix
-    assert dispatch.priority_score(1, first) < dispatch.priority_score(1, second)
+    assert broker.priority_score(1, first) < broker.priority_score(1, second)
 
 
 @settings(max_examples=500, deadline=None)
 @given(tier_a=st.integers(0, 2), tier_b=st.integers(0, 2), moment_a=times, moment_b=times)
 def test_score_orders_by_tier_then_time_exactly(tier_a, tier_b, moment_a, moment_b):
-    a = dispatch.priority_score(tier_a, moment_a)
-    b = dispatch.priority_score(tier_b, moment_b)
+    a = broker.priority_score(tier_a, moment_a)
+    b = broker.priority_score(tier_b, moment_b)
     assert a < 2**53 and b < 2**53 and a == int(a)
     if tier_a != tier_b:
         assert (a < b) == (tier_a < tier_b)
@@ -44,59 +44,56 @@ def test_score_orders_by_tier_then_time_exactly(tier_a, tier_b, moment_a, moment
 def test_one_microsecond_apart_is_a_different_score(tier, moment, micros):
     later = moment + timedelta(microseconds=micros)
     if later < END:
-        assert dispatch.priority_score(tier, moment) < dispatch.priority_score(tier, later)
+        assert broker.priority_score(tier, moment) < broker.priority_score(tier, later)
 
 
 def test_medium_jobs_one_millisecond_apart_pop_in_enqueue_order(redis_client):
     base = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
     ids = [f"job-{i:03d}" for i in range(200)]
     # Add in reverse so member (id) order cannot produce the right answer by luck.
-    dispatch.apply(
+    broker.apply(
         redis_client,
         [
-            dispatch.Intent(
+            broker.Intent(
                 "enqueue",
                 job_id,
                 "default",
                 False,
-                dispatch.priority_score(1, base + timedelta(milliseconds=i)),
+                broker.priority_score(1, base + timedelta(milliseconds=i)),
             )
             for i, job_id in reversed(list(enumerate(ids)))
         ],
     )
-    popped = dispatch.pop_ready(redis_client, [("default", False)], 500)
+    popped = broker.pop_ready(redis_client, [("default", False)], 500)
     assert popped == ids
 
 
 def test_take_due_moves_each_id_once(redis_client):
     past = datetime.now(UTC) - timedelta(seconds=5)
     future = datetime.now(UTC) + timedelta(hours=1)
-    dispatch.apply(
+    broker.apply(
         redis_client,
-        [
-            dispatch.Intent("schedule", f"due-{i}", "default", False, dispatch.due_score(past))
-            for i in range(50)
-        ]
-        + [dispatch.Intent("schedule", "later", "default", False, dispatch.due_score(future))],
+        [broker.Intent("schedule", f"due-{i}", "default", False, broker.due_score(past)) for i in range(50)]
+        + [broker.Intent("schedule", "later", "default", False, broker.due_score(future))],
     )
-    first = dispatch.take_due(redis_client, "default", limit=30)
-    second = dispatch.take_due(redis_client, "default", limit=30)
+    first = broker.take_due(redis_client, "default", limit=30)
+    second = broker.take_due(redis_client, "default", limit=30)
     assert len(first) == 30 and len(second) == 20 and not set(first) & set(second)
-    assert redis_client.zrange(dispatch.retry_key("default"), 0, -1) == ["later"]
+    assert redis_client.zrange(broker.retry_key("default"), 0, -1) == ["later"]
 
 
 def test_keys_share_a_cluster_hash_tag():
-    keys = [dispatch.priority_key("mail"), dispatch.fifo_key("mail"), dispatch.retry_key("mail")]
+    keys = [broker.priority_key("mail"), broker.fifo_key("mail"), broker.retry_key("mail")]
     assert keys == ["queue:{mail}:priority", "queue:{mail}:fifo", "queue:{mail}:retry"]
 
 
 def test_remove_takes_an_id_out_of_every_structure(redis_client):
-    dispatch.apply(redis_client, [dispatch.Intent("enqueue", "x", "q", True, None)])
-    dispatch.apply(redis_client, [dispatch.Intent("enqueue", "x", "q", False, 5.0)])
-    dispatch.apply(redis_client, [dispatch.Intent("remove", "x", "q", False, None)])
+    broker.apply(redis_client, [broker.Intent("enqueue", "x", "q", True, None)])
+    broker.apply(redis_client, [broker.Intent("enqueue", "x", "q", False, 5.0)])
+    broker.apply(redis_client, [broker.Intent("remove", "x", "q", False, None)])
     assert redis_client.dbsize() == 0
 
 
 @pytest.mark.parametrize("fifo", [True, False])
 def test_wait_ready_blocks_then_returns_nothing(redis_client, fifo):
-    assert dispatch.wait_ready(redis_client, [("default", fifo)], timeout=0.1) == []
+    assert broker.wait_ready(redis_client, [("default", fifo)], timeout=0.1) == []

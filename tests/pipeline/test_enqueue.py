@@ -7,7 +7,7 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from queue_app import dispatch
+from queue_app import broker
 from queue_app.exceptions import IdempotencyConflict, IdempotencyKeyInUse, InvalidJob, UnknownJobType
 from queue_app.models import Job, JobLog, OutboxMessage
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
@@ -24,7 +24,7 @@ def test_enqueue_writes_job_log_and_outbox_together():
     assert list(JobLog.objects.filter(job=job).values_list("event", flat=True)) == ["enqueued"]
     outbox = OutboxMessage.objects.get(job=job)
     assert outbox.action == "enqueue" and outbox.dispatched_at is None
-    assert outbox.score == dispatch.priority_score(0, stored.enqueued_at)
+    assert outbox.score == broker.priority_score(0, stored.enqueued_at)
 
 
 def test_caller_rollback_leaves_no_job_no_outbox_and_nothing_in_redis(redis_client):
@@ -44,10 +44,8 @@ def test_scheduled_job_goes_to_the_retry_set_and_is_not_claimable_yet(redis_clie
     run_at = timezone.now() + timedelta(hours=1)
     job = enqueue_job("demo.echo", run_at=run_at)
     relay_all()
-    assert redis_client.zscore(dispatch.retry_key("default"), str(job.id)) == pytest.approx(
-        run_at.timestamp()
-    )
-    assert redis_client.zcard(dispatch.priority_key("default")) == 0
+    assert redis_client.zscore(broker.retry_key("default"), str(job.id)) == pytest.approx(run_at.timestamp())
+    assert redis_client.zcard(broker.priority_key("default")) == 0
 
 
 def test_repeated_idempotency_key_returns_the_existing_job():

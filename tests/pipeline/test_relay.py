@@ -7,7 +7,7 @@ import pytest
 from django.db import connection
 from django.db.models.functions import Now
 
-from queue_app import dispatch
+from queue_app import broker
 from queue_app.models import OutboxMessage
 from queue_app.runtime.relay import Relay
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
@@ -21,10 +21,10 @@ def test_relay_wakes_on_notify_long_before_its_poll_interval(redis_client):
     relay = manage("runrelay", "--poll=60", stderr=subprocess.DEVNULL)
     try:
         enqueue_job("demo.echo")  # makes sure the relay has started listening
-        wait_until(lambda: redis_client.zcard(dispatch.priority_key("default")) == 1, timeout=30)
+        wait_until(lambda: redis_client.zcard(broker.priority_key("default")) == 1, timeout=30)
         job = enqueue_job("demo.echo")
         # With a 60 s poll, only the NOTIFY sent at commit can deliver it this fast.
-        wait_until(lambda: redis_client.zscore(dispatch.priority_key("default"), str(job.id)), timeout=10)
+        wait_until(lambda: redis_client.zscore(broker.priority_key("default"), str(job.id)), timeout=10)
     finally:
         kill_group(relay)
 
@@ -32,14 +32,14 @@ def test_relay_wakes_on_notify_long_before_its_poll_interval(redis_client):
 def test_two_relays_share_the_outbox_without_sending_a_row_twice(redis_client, monkeypatch):
     enqueue_jobs([JobRequest(type="demo.echo") for _ in range(2000)])
     sent: list[int] = []
-    original = dispatch.apply
+    original = broker.apply
 
     def counting_apply(client, intents):
         intents = list(intents)
         sent.append(len(intents))
         original(client, intents)
 
-    monkeypatch.setattr(dispatch, "apply", counting_apply)
+    monkeypatch.setattr(broker, "apply", counting_apply)
 
     def drain():
         try:
@@ -54,7 +54,7 @@ def test_two_relays_share_the_outbox_without_sending_a_row_twice(redis_client, m
         thread.join()
     assert sum(sent) == 2000  # SKIP LOCKED: no row was locked by both
     assert not OutboxMessage.objects.filter(dispatched_at__isnull=True).exists()
-    assert redis_client.zcard(dispatch.priority_key("default")) == 2000
+    assert redis_client.zcard(broker.priority_key("default")) == 2000
 
 
 def test_dispatched_rows_are_pruned_after_the_retention(queue_config):

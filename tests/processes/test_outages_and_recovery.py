@@ -10,7 +10,7 @@ import time
 import pytest
 from django.db import connection
 
-from queue_app import dispatch
+from queue_app import broker
 from queue_app.models import Job, JobLog
 from queue_app.services import enqueue_job
 from tests.helpers import child_env, kill_group, manage, relay_all, wait_until
@@ -81,7 +81,7 @@ def test_relay_rides_out_a_postgres_outage(postgres_link, children, redis_client
     assert relay.poll() is None
     assert len(events.named("store_unavailable")) == 1
     postgres_link.start()
-    wait_until(lambda: redis_client.zscore(dispatch.priority_key("default"), str(job.id)), timeout=30)
+    wait_until(lambda: redis_client.zscore(broker.priority_key("default"), str(job.id)), timeout=30)
     wait_until(lambda: events.named("store_available_again"), timeout=10)
 
 

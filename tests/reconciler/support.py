@@ -7,7 +7,7 @@ from datetime import timedelta
 from django.db import connection
 from django.utils import timezone
 
-from queue_app import dispatch, services
+from queue_app import broker, services
 from queue_app.models import Job
 from queue_app.services import JobRequest
 
@@ -38,14 +38,12 @@ def expected_place(job: Job, fifo: bool) -> tuple[str, float | None]:
     """(key, score) where a queued job belongs; FIFO list entries have no score."""
     job.refresh_from_db()
     if job.next_retry_at is not None and job.next_retry_at > timezone.now():
-        return dispatch.retry_key(job.queue), dispatch.due_score(job.next_retry_at)
+        return broker.retry_key(job.queue), broker.due_score(job.next_retry_at)
     if fifo:
-        return dispatch.fifo_key(job.queue), None
+        return broker.fifo_key(job.queue), None
     from queue_app.states import PRIORITY_TIER
 
-    return dispatch.priority_key(job.queue), dispatch.priority_score(
-        PRIORITY_TIER[job.priority], job.enqueued_at
-    )
+    return broker.priority_key(job.queue), broker.priority_score(PRIORITY_TIER[job.priority], job.enqueued_at)
 
 
 def redis_state(client) -> dict:

@@ -14,7 +14,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from queue_app import dispatch
+from queue_app import broker
 from queue_app.engine import execution
 from tests.helpers import child_env, manage, wait_until
 from tests.reconciler.proxy import TcpProxy, postgres_proxy, postgres_via, redis_proxy, redis_via
@@ -86,8 +86,8 @@ def seed_every_case() -> dict[str, str]:
         cursor.execute(
             "UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = %s", [expired.id]
         )
-    client = dispatch.get_client()
-    client.zadd(dispatch.priority_key("default"), {str(finished.id): 1})
+    client = broker.get_client()
+    client.zadd(broker.priority_key("default"), {str(finished.id): 1})
     return {
         k: str(v.id)
         for k, v in dict(ready=ready, waiting=waiting, fifo=fifo, finished=finished, expired=expired).items()
@@ -146,10 +146,10 @@ def test_a_run_repairs_prints_one_summary_line_and_logs_each_change(redis_client
         ("reconcile_removed_stale", ids["finished"]),
         ("reconcile_requeued_expired", ids["expired"]),
     } <= changes
-    assert redis_client.zscore(dispatch.priority_key("default"), ids["ready"]) is not None
-    assert redis_client.zscore(dispatch.priority_key("default"), ids["finished"]) is None
-    assert redis_client.lrange(dispatch.fifo_key("bulk"), 0, -1) == [ids["fifo"]]
-    assert redis_client.zscore(dispatch.retry_key("default"), ids["waiting"]) is not None
+    assert redis_client.zscore(broker.priority_key("default"), ids["ready"]) is not None
+    assert redis_client.zscore(broker.priority_key("default"), ids["finished"]) is None
+    assert redis_client.lrange(broker.fifo_key("bulk"), 0, -1) == [ids["fifo"]]
+    assert redis_client.zscore(broker.retry_key("default"), ids["waiting"]) is not None
 
 
 def _outage_then_recovery(proc: Running, proxy: TcpProxy, redis_client, job_id: str, interval: float) -> None:
@@ -163,13 +163,13 @@ def _outage_then_recovery(proc: Running, proxy: TcpProxy, redis_client, job_id: 
     stamps = [datetime.fromisoformat(e["timestamp"]) for e in logged]
     assert min((b - a).total_seconds() for a, b in itertools.pairwise(stamps)) >= interval * 0.9
     assert [e["consecutive_failures"] for e in logged] == sorted({e["consecutive_failures"] for e in logged})
-    assert redis_client.zscore(dispatch.priority_key("default"), job_id) is None
+    assert redis_client.zscore(broker.priority_key("default"), job_id) is None
     recovered = len(proc.named("store_available_again"))
     summaries = len(proc.summaries())
 
     proxy.start()
     wait_until(
-        lambda: redis_client.zscore(dispatch.priority_key("default"), job_id) is not None,
+        lambda: redis_client.zscore(broker.priority_key("default"), job_id) is not None,
         timeout=60,
         message="the job is restored once the store is back",
     )

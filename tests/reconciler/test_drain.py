@@ -9,7 +9,7 @@ import pytest
 from django.db.models import Count
 from django.utils import timezone
 
-from queue_app import dispatch
+from queue_app import broker
 from queue_app.models import Job
 from queue_app.states import Status
 from tests.helpers import child_env, manage, relay_all, wait_until
@@ -33,20 +33,20 @@ def test_flushed_redis_is_rebuilt_and_workers_drain_every_job(redis_client):
     set_fields([j.id for j in jobs[:100]], next_retry_at=timezone.now() - timedelta(minutes=5))
     enqueue(20, run_at=timezone.now() + timedelta(seconds=8))
     relay_all()
-    assert redis_client.zcard(dispatch.priority_key("default")) == 980
+    assert redis_client.zcard(broker.priority_key("default")) == 980
     redis_client.flushdb()  # Redis restarted without persistence
 
     summary = run("reconcile_queue", timeout=120, JOBQUEUE_RECONCILE_GRACE_SECONDS="0.001")
     assert summary.startswith("reconcile: restored_ready=980 restored_retry=20 removed_stale=0 ")
-    assert redis_client.zcard(dispatch.priority_key("default")) == 980
-    assert redis_client.zcard(dispatch.retry_key("default")) == 20
+    assert redis_client.zcard(broker.priority_key("default")) == 980
+    assert redis_client.zcard(broker.retry_key("default")) == 20
 
     run("runworker", "--burst", "--queues", "default", "--concurrency", "1", timeout=300)
 
     assert Job.objects.filter(status=Status.COMPLETED).count() == 1000
     assert Execution.objects.count() == 1000
     assert not Execution.objects.values("job_id").annotate(n=Count("id")).filter(n__gt=1).exists()
-    assert redis_client.zcard(dispatch.priority_key("default")) == 0
+    assert redis_client.zcard(broker.priority_key("default")) == 0
 
 
 def test_reconciler_racing_the_relay_and_workers_never_runs_a_job_twice(redis_client, tmp_path):
@@ -76,14 +76,14 @@ def test_reconciler_racing_the_relay_and_workers_never_runs_a_job_twice(redis_cl
         wait_until(completed.exists, timeout=60, message="relay and workers are up")
         submitted += enqueue(160, **slow) + enqueue(40, queue="bulk", **slow)
         wait_until(
-            lambda: redis_client.zcard(dispatch.priority_key("default")) >= 50,
+            lambda: redis_client.zcard(broker.priority_key("default")) >= 50,
             timeout=30,
             message="a backlog in Redis",
         )
         redis_client.flushdb()  # the backlog is gone from Redis: only the reconciler can bring it back
         finished = [str(pk) for pk in completed.values_list("id", flat=True)[:10]]
-        redis_client.zadd(dispatch.priority_key("default"), dict.fromkeys(finished, 0))
-        redis_client.rpush(dispatch.fifo_key("bulk"), *finished)
+        redis_client.zadd(broker.priority_key("default"), dict.fromkeys(finished, 0))
+        redis_client.rpush(broker.fifo_key("bulk"), *finished)
         submitted += enqueue(40, **slow) + enqueue(10, queue="bulk", **slow)
         wait_until(
             lambda: Job.objects.filter(status=Status.COMPLETED).count() == len(submitted),

@@ -4,7 +4,7 @@ import uuid
 
 import pytest
 
-from queue_app import dispatch, services
+from queue_app import broker, services
 from queue_app.engine import execution
 from queue_app.runtime.reconciler import Reconciler
 from tests.reconciler.support import enqueue, mark_relayed
@@ -27,9 +27,9 @@ def test_stale_ids_are_removed_from_every_structure_and_queued_ones_kept(redis_c
     mark_relayed()
     unknown = str(uuid.uuid4())
     priority, fifo, retry = (
-        dispatch.priority_key("default"),
-        dispatch.fifo_key("bulk"),
-        dispatch.retry_key("default"),
+        broker.priority_key("default"),
+        broker.fifo_key("bulk"),
+        broker.retry_key("default"),
     )
     redis_client.zadd(priority, {queued: 1, unknown: 2, finished: 3, "not-a-uuid": 4})
     redis_client.zadd(retry, {cancelled: 5, finished: 6})
@@ -51,29 +51,29 @@ def test_misplaced_ids_are_moved_where_their_queue_expects_them(redis_client):
     bulk_job = str(enqueue(1, queue="bulk")[0].id)
     mark_relayed()
     # In another queue's list, and in the priority set of a FIFO queue: no worker pops either.
-    redis_client.rpush(dispatch.fifo_key("bulk"), default_job)
-    redis_client.zadd(dispatch.priority_key("bulk"), {bulk_job: 1})
+    redis_client.rpush(broker.fifo_key("bulk"), default_job)
+    redis_client.zadd(broker.priority_key("bulk"), {bulk_job: 1})
 
     report = Reconciler().run_once()
 
     assert report.counts["removed_stale"] == 2
     assert report.counts["restored_ready"] == 2
-    assert redis_client.lrange(dispatch.fifo_key("bulk"), 0, -1) == [bulk_job]
-    assert redis_client.zrange(dispatch.priority_key("default"), 0, -1) == [default_job]
-    assert redis_client.zcard(dispatch.priority_key("bulk")) == 0
+    assert redis_client.lrange(broker.fifo_key("bulk"), 0, -1) == [bulk_job]
+    assert redis_client.zrange(broker.priority_key("default"), 0, -1) == [default_job]
+    assert redis_client.zcard(broker.priority_key("bulk")) == 0
 
 
 def test_ids_with_an_undispatched_outbox_row_are_left_to_the_relay(redis_client):
     job = str(enqueue(1)[0].id)
     mark_relayed()
     services.cancel_job(job)  # its 'remove' row is not relayed yet
-    redis_client.zadd(dispatch.priority_key("default"), {job: 1})
+    redis_client.zadd(broker.priority_key("default"), {job: 1})
 
     report = Reconciler().run_once()
 
     assert report.counts["removed_stale"] == 0
     assert report.counts["skipped_relay_pending"] == 1
-    assert redis_client.zscore(dispatch.priority_key("default"), job) == 1
+    assert redis_client.zscore(broker.priority_key("default"), job) == 1
 
 
 def test_a_long_fifo_list_is_pruned_across_chunks(redis_client):
@@ -81,9 +81,9 @@ def test_a_long_fifo_list_is_pruned_across_chunks(redis_client):
     mark_relayed()
     junk = [str(uuid.uuid4()) for _ in range(12)]
     interleaved = [item for pair in zip(junk, keep + keep + keep[:2], strict=True) for item in pair]
-    redis_client.rpush(dispatch.fifo_key("bulk"), *interleaved)
+    redis_client.rpush(broker.fifo_key("bulk"), *interleaved)
 
     report = Reconciler(batch_size=3).run_once()
 
     assert report.counts["removed_stale"] == 12
-    assert redis_client.lrange(dispatch.fifo_key("bulk"), 0, -1) == keep + keep + keep[:2]
+    assert redis_client.lrange(broker.fifo_key("bulk"), 0, -1) == keep + keep + keep[:2]

@@ -5,7 +5,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from queue_app import dispatch
+from queue_app import broker
 from queue_app.models import Job
 from queue_app.runtime.reconciler import Reconciler
 from queue_app.states import Priority
@@ -50,14 +50,14 @@ def test_one_run_restores_every_queued_job_after_redis_is_flushed(redis_client):
         else:
             assert redis_client.zscore(key, str(job.id)) == score, job
     # Each job exactly once, in exactly one structure.
-    depths = dispatch.depths(redis_client, list(QUEUES.items()))
+    depths = broker.depths(redis_client, list(QUEUES.items()))
     assert depths == {
         "default": {"priority": 600, "fifo": 0, "retry": 150},
         "bulk": {"priority": 0, "fifo": 150, "retry": 100},
     }
     # The FIFO list is rebuilt in enqueue order, not in id order.
     fifo_due = Job.objects.filter(queue="bulk", next_retry_at__isnull=True).order_by("enqueued_at", "id")
-    assert redis_client.lrange(dispatch.fifo_key("bulk"), 0, -1) == [
+    assert redis_client.lrange(broker.fifo_key("bulk"), 0, -1) == [
         str(pk) for pk in fifo_due.values_list("id", flat=True)
     ]
     # The run's temporary keys are gone.
@@ -83,32 +83,31 @@ def test_partial_loss_restores_only_what_is_missing_and_keeps_fifo_survivors_fir
         set_fields([job.id], enqueued_at=timezone.now() - timedelta(minutes=10, seconds=-offset))
     mark_relayed()
     for job in kept_ready:
-        redis_client.zadd(dispatch.priority_key("default"), {str(job.id): 1.0})  # a wrong score stays
+        redis_client.zadd(broker.priority_key("default"), {str(job.id): 1.0})  # a wrong score stays
     survivors = [str(fifo_kept[1].id), str(fifo_kept[0].id)]  # the survivors' order is Redis's
-    redis_client.rpush(dispatch.fifo_key("bulk"), *survivors)
+    redis_client.rpush(broker.fifo_key("bulk"), *survivors)
 
     report = Reconciler(batch_size=2).run_once()
 
     assert report.counts["restored_ready"] == 6
-    assert all(redis_client.zscore(dispatch.priority_key("default"), str(j.id)) == 1.0 for j in kept_ready)
+    assert all(redis_client.zscore(broker.priority_key("default"), str(j.id)) == 1.0 for j in kept_ready)
     for job in lost_ready:
         assert (
-            redis_client.zscore(dispatch.priority_key("default"), str(job.id))
-            == expected_place(job, False)[1]
+            redis_client.zscore(broker.priority_key("default"), str(job.id)) == expected_place(job, False)[1]
         )
-    assert redis_client.lrange(dispatch.fifo_key("bulk"), 0, -1) == survivors + [str(j.id) for j in fifo_lost]
+    assert redis_client.lrange(broker.fifo_key("bulk"), 0, -1) == survivors + [str(j.id) for j in fifo_lost]
 
 
 def test_a_due_job_still_in_the_retry_set_counts_as_present(redis_client):
     (job,) = enqueue(1)
     set_fields([job.id], next_retry_at=timezone.now() - timedelta(hours=1))
     mark_relayed()
-    redis_client.zadd(dispatch.retry_key("default"), {str(job.id): 1.0})  # awaiting promotion
+    redis_client.zadd(broker.retry_key("default"), {str(job.id): 1.0})  # awaiting promotion
 
     report = Reconciler().run_once()
 
     assert report.counts["restored_ready"] == 0
-    assert redis_client.zcard(dispatch.priority_key("default")) == 0
+    assert redis_client.zcard(broker.priority_key("default")) == 0
 
 
 def test_jobs_whose_outbox_row_is_undispatched_are_left_to_the_relay(redis_client):
@@ -134,13 +133,13 @@ def test_grace_skips_jobs_the_relay_or_a_promotion_just_touched(redis_client):
 
     assert report.counts["skipped_grace"] == 2
     assert report.counts["restored_ready"] == 1
-    assert redis_client.zrange(dispatch.priority_key("default"), 0, -1) == [str(long_lost[0].id)]
+    assert redis_client.zrange(broker.priority_key("default"), 0, -1) == [str(long_lost[0].id)]
     assert just_dispatched and just_due
 
     # After the grace they are restored too.
     report = Reconciler(grace_seconds=1).run_once()
     assert report.counts["restored_ready"] == 2
-    assert redis_client.zcard(dispatch.priority_key("default")) == 3
+    assert redis_client.zcard(broker.priority_key("default")) == 3
 
 
 def test_jobs_of_an_unconfigured_queue_are_counted_and_left(redis_client, queue_config):
