@@ -280,11 +280,15 @@ def rescue_expired_leases(limit: int = 1000) -> list[tuple]:
 
 
 def extend_leases(held: Sequence[tuple[str, int]], *, worker_id: str) -> set[str]:
-    """Heartbeat: push out the leases this worker still holds; returns the ids still held."""
+    """Heartbeat: push out the leases this worker still holds; returns the ids still held.
+
+    A lease this attempt no longer holds is not extended, and a 'heartbeat_fenced'
+    row says so.
+    """
     if not held:
         return set()
     rows = [{"id": job_id, "attempt": attempt} for job_id, attempt in held]
-    with connection.cursor() as cursor:
+    with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             """
             UPDATE jobs SET lease_expires_at = now() + make_interval(secs => %(lease)s)
@@ -295,7 +299,11 @@ def extend_leases(held: Sequence[tuple[str, int]], *, worker_id: str) -> set[str
             """,
             {"rows": json.dumps(rows), "worker": worker_id, "lease": queue_settings().LEASE_SECONDS},
         )
-        return {str(row[0]) for row in cursor.fetchall()}
+        still_held = {str(row[0]) for row in cursor.fetchall()}
+        lost = [Completion(job_id, attempt, None) for job_id, attempt in held if job_id not in still_held]
+        if lost:
+            _record_fenced(lost, "heartbeat_fenced")
+    return still_held
 
 
 def hand_back_job(job_id: str, attempt: int, *, worker_id: str, reason: str) -> bool:

@@ -125,20 +125,6 @@ def test_completion_after_cancel_is_fenced_and_result_not_written():
     assert events(job)[-1] == "completion_fenced"
 
 
-def test_stale_attempt_cannot_complete_after_rescue_and_reclaim(queue_config):
-    job = enqueue_job("demo.echo")
-    [first] = claim_jobs([str(job.id)], worker_id="old")
-    Job.objects.filter(id=job.id).update(lease_expires_at="2000-01-01T00:00:00Z")
-    execution.rescue_expired_leases()
-    Job.objects.filter(id=job.id).update(next_retry_at=None)
-    [second] = claim_jobs([str(job.id)], worker_id="new")
-    assert second.attempt == first.attempt + 1
-    assert execution.complete_job(first.id, first.attempt, "stale") is False
-    assert execution.complete_job(second.id, second.attempt, "fresh") is True
-    job.refresh_from_db()
-    assert job.result == "fresh"
-
-
 def test_atomic_handler_effect_rolls_back_when_fenced():
     job = enqueue_job("probe.effect", {"sleep": 0})
     [claimed] = claim_jobs([str(job.id)], worker_id="w")
