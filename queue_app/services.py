@@ -9,7 +9,14 @@ The engine's internals (claims, completions, leases) live in
 """
 
 from queue_app.engine.actions import cancel_job, reenqueue_job, retry_job
-from queue_app.engine.enqueue import MAX_ATTEMPTS_LIMIT, JobRequest, enqueue_job, enqueue_jobs
+from queue_app.engine.enqueue import (
+    LATEST_RUN_AT,
+    MAX_ATTEMPTS_LIMIT,
+    JobRequest,
+    check_run_at,
+    enqueue_job,
+    enqueue_jobs,
+)
 from queue_app.exceptions import (
     IdempotencyConflict,
     IdempotencyKeyInUse,
@@ -23,6 +30,7 @@ from queue_app.exceptions import (
 from queue_app.handlers import current_job, job_handler
 
 __all__ = [
+    "LATEST_RUN_AT",
     "MAX_ATTEMPTS_LIMIT",
     "IdempotencyConflict",
     "IdempotencyKeyInUse",
@@ -34,6 +42,7 @@ __all__ = [
     "TransitionNotAllowed",
     "UnknownJobType",
     "cancel_job",
+    "check_run_at",
     "current_job",
     "enqueue_job",
     "enqueue_jobs",

@@ -23,7 +23,7 @@ from queue_app.exceptions import InvalidJob, UnknownJobType
 from queue_app.handlers import get_handler
 from queue_app.models import Job, JobLog
 from queue_app.payloads import check_json
-from queue_app.services import MAX_ATTEMPTS_LIMIT, JobRequest
+from queue_app.services import MAX_ATTEMPTS_LIMIT, JobRequest, check_run_at
 from queue_app.states import Priority, Status
 
 MAX_BULK_JOBS = 1000
@@ -183,6 +183,12 @@ class JobCreateSerializer(StrictSerializer):
         if attrs.get("run_at") is not None and attrs.get("delay_seconds") is not None:
             message = "Give run_at or delay_seconds, not both."
             raise serializers.ValidationError({"run_at": [message], "delay_seconds": [message]})
+        # A delay becomes its start time once, here, so the check and the job agree.
+        if attrs.get("delay_seconds") is not None:
+            attrs["run_at"] = timezone.now() + timedelta(seconds=attrs["delay_seconds"])
+            check_run_at(attrs["run_at"], field="delay_seconds")
+        elif attrs.get("run_at") is not None:
+            check_run_at(attrs["run_at"])
         # The services' own rules, early: a QueueError (e.g. a 413) propagates as is.
         settings = queue_settings()
         if get_handler(attrs["type"]).internal:
@@ -199,15 +205,12 @@ class JobCreateSerializer(StrictSerializer):
 
     def job_request(self) -> JobRequest:
         data = self.validated_data
-        run_at = data.get("run_at")
-        if data.get("delay_seconds") is not None:
-            run_at = timezone.now() + timedelta(seconds=data["delay_seconds"])
         return JobRequest(
             type=data["type"],
             payload=data["payload"],
             priority=data["priority"],
             queue=data["queue"],
-            run_at=run_at,
+            run_at=data.get("run_at"),
             max_attempts=data.get("max_attempts"),
             idempotency_key=data.get("idempotency_key"),
         )

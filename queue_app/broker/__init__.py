@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import redis
 from django.conf import settings
@@ -23,6 +23,9 @@ from django.conf import settings
 # exact float64 integer: ordering is exact to the microsecond.
 EPOCH = datetime(2020, 1, 1, tzinfo=UTC)
 TIER_SPAN = 2**50
+# The last enqueue time with an exact score of its own: 2055-09-05T05:58:26.842623Z.
+# Later times would clamp (and tie), so enqueue refuses a run_at beyond it.
+LATEST_EXACT_TIME = EPOCH + timedelta(microseconds=TIER_SPAN - 1)
 
 
 def priority_score(tier: int, enqueued_at: datetime) -> float:

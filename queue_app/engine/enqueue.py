@@ -13,6 +13,7 @@ import structlog
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from queue_app import broker
 from queue_app.conf import queue_settings
 from queue_app.engine.outbox import notify_relay, ready_intent
 from queue_app.exceptions import (
@@ -28,6 +29,17 @@ from queue_app.states import Priority
 log = structlog.get_logger("queue_app.services")
 
 MAX_ATTEMPTS_LIMIT = 100
+# A job may be scheduled up to the last time the priority score orders exactly.
+LATEST_RUN_AT = broker.LATEST_EXACT_TIME
+
+
+def check_run_at(run_at: datetime, *, field: str = "run_at") -> None:
+    """Refuse a start beyond LATEST_RUN_AT; ``field`` names what the caller gave (run_at or a delay)."""
+    if run_at > LATEST_RUN_AT:
+        raise InvalidJob(
+            f"must not start later than {LATEST_RUN_AT.isoformat()} (the queue's ordering ends there)",
+            field=field,
+        )
 
 
 @dataclass
@@ -71,8 +83,10 @@ def _validated(request: JobRequest) -> JobRequest:
         or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT
     ):
         raise InvalidJob(f"must be an integer between 1 and {MAX_ATTEMPTS_LIMIT}", field="max_attempts")
-    if request.run_at is not None and timezone.is_naive(request.run_at):
-        raise InvalidJob("must include a UTC offset", field="run_at")
+    if request.run_at is not None:
+        if timezone.is_naive(request.run_at):
+            raise InvalidJob("must include a UTC offset", field="run_at")
+        check_run_at(request.run_at)
     key = request.idempotency_key
     if key is not None:
         if not isinstance(key, str) or not 1 <= len(key) <= 255:
