@@ -194,8 +194,9 @@ def _in_background(target, stop: threading.Event, interval: float = 0.1) -> thre
 
 
 def test_heartbeat_keeps_a_long_job_from_being_rescued(queue_config):
-    queue_config(LEASE_SECONDS=1, HEARTBEAT_SECONDS=0.2)
-    job = enqueue_job("probe.run", {"sleep": 3})
+    # The job outlives two leases; a 3 s lease leaves a loaded machine room for late heartbeats.
+    queue_config(LEASE_SECONDS=3, HEARTBEAT_SECONDS=0.3)
+    job = enqueue_job("probe.run", {"sleep": 7})
     stop = threading.Event()
     rescuer = _in_background(execution.rescue_expired_leases, stop)
     try:
