@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from chaoslib import clients, invariants, report, schedule  # noqa: E402
+from chaoslib import clients, invariants, journal, report, schedule  # noqa: E402
 from chaoslib.faults import Injector  # noqa: E402
 from chaoslib.processes import Cast, free_port, wait_for  # noqa: E402
 from chaoslib.stores import DedicatedStores, GivenStores  # noqa: E402
@@ -409,7 +409,7 @@ def final_checks(
     with_database(cancel_far_future_jobs)
     manage_once(env, "runrelay", "--once")
 
-    invariants.load(submissions, _journal(folder))
+    invariants.load(submissions, journal.read(folder / "journal"))
     return [
         *invariants.run_sql_checks(),
         invariants.check_log_trails(),
@@ -421,12 +421,6 @@ def final_checks(
             cast.unexpected_exits[:5],
         ),
     ]
-
-
-def _journal(folder: Path) -> list[dict]:
-    from tests.probe import journal
-
-    return journal.read(str(folder / "journal"))
 
 
 def main(argv: list[str] | None = None) -> int:
