@@ -24,6 +24,10 @@ from chaoslib.schedule import Fault
 
 # How long a worker fault waits for some worker to hold a job before hitting an idle one.
 BUSY_WAIT_SECONDS = 2.0
+# A fault that finds no target (a process still down, Redis restarting) is tried again this
+# often, this long apart, before it counts as skipped; the run requires a minimum per kind.
+RETRIES_WHEN_SKIPPED = 3
+RETRY_GAP_SECONDS = 1.0
 
 
 def _identity(child: Child) -> str:
@@ -91,10 +95,14 @@ class Injector:
 
     # --- faults ------------------------------------------------------------------------
 
-    def apply(self, fault: Fault) -> str:
-        """Apply one fault; each kind's method returns what it did, or None if it found no target."""
+    def apply(self, fault: Fault, tries_left: int = RETRIES_WHEN_SKIPPED) -> str:
+        """Apply one fault; each kind's method returns what it did, or None if it found no target
+        (then it is tried again a little later, and counted as skipped after the last try)."""
         done = getattr(self, f"_{fault.kind}")(fault)
         if done is None:
+            if tries_left > 0:
+                self.schedule(time.monotonic() + RETRY_GAP_SECONDS, lambda: self.apply(fault, tries_left - 1))
+                return f"{fault.describe()}: no target yet, trying again in {RETRY_GAP_SECONDS:.0f} s"
             self.skipped[fault.kind] += 1
             return f"{fault.describe()}: skipped (target not running or unreachable)"
         self.applied[fault.kind] += 1
@@ -184,7 +192,7 @@ class Injector:
         self._later(fault.hold, "started PostgreSQL", self.stores.start_postgres)
         return "stopped PostgreSQL"
 
-    def _push_stale_ids(self, fault: Fault) -> str:
+    def _push_stale_ids(self, fault: Fault) -> str | None:
         """Ids a worker must not run again: queued ones twice, finished ones, and unknown ones."""
         from queue_app import broker
 
