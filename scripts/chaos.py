@@ -256,6 +256,38 @@ def busy_worker_names() -> set[str]:
         return set()
 
 
+def long_jobs_by_worker() -> dict[str, tuple[str, int]]:
+    """runworker --name -> (job id, attempt) of a job it runs that sleeps at least half a second."""
+    from django.db import DatabaseError, InterfaceError, connection
+
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT split_part(worker_id, '/', 1), id::text, attempts FROM jobs"
+                " WHERE status = 'processing' AND (payload->>'sleep')::float >= 0.5 ORDER BY started_at"
+            )
+            return {name: (job_id, attempt) for name, job_id, attempt in cursor.fetchall()}
+    except (DatabaseError, InterfaceError):
+        connection.close()
+        return {}
+
+
+def reclaimed(job_id: str, attempt: int) -> bool:
+    """Whether a later attempt of the job holds it now (False while PostgreSQL is down)."""
+    from django.db import DatabaseError, InterfaceError, connection
+
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT 1 FROM jobs WHERE id = %s AND status = 'processing' AND attempts > %s",
+                [job_id, attempt],
+            )
+            return cursor.fetchone() is not None
+    except (DatabaseError, InterfaceError):
+        connection.close()
+        return False
+
+
 def manage_once(env: dict[str, str], *args: str) -> str:
     done = subprocess.run(
         [sys.executable, str(ROOT / "manage.py"), *args],
@@ -388,6 +420,8 @@ def exercise(
         redis_client=broker.get_client,
         pick_ids=ids_for_stale_pushes,
         busy_workers=busy_worker_names,
+        long_jobs=long_jobs_by_worker,
+        reclaimed=reclaimed,
         seed=args.seed,
         log_path=folder / "faults.log",
     )

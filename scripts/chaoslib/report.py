@@ -90,7 +90,7 @@ def render(figures: Figures, results: list[Result]) -> str:
         f"seed {figures.seed}, {figures.jobs_planned} jobs planned, {figures.stores}",
         "faults applied per kind (planned / applied / skipped):",
         *(
-            f"  {kind:<20} {planned:>3} / {figures.faults_applied[kind]:>3}"
+            f"  {kind:<22} {planned:>3} / {figures.faults_applied[kind]:>3}"
             f" / {figures.faults_skipped[kind]:>3}"
             for kind, planned in sorted(figures.faults_planned.items())
         ),
