@@ -16,7 +16,7 @@ must get a ``check`` error, not an import-time crash.
 from __future__ import annotations
 
 import traceback
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from django.apps import apps
@@ -35,7 +35,7 @@ from queue_app.handlers import current_job, job_handler
 from queue_app.states import Priority, Status
 
 TASK_JOB_TYPE = "django.task"
-# Django's API has no retries: one attempt unless OPTIONS or @retries asks for more.
+# Django's API has no retries: one attempt unless OPTIONS or @task(max_attempts=...) asks.
 DEFAULT_MAX_ATTEMPTS = 1
 # Same bound as the engine's (queue_app.engine.enqueue.MAX_ATTEMPTS_LIMIT).
 MAX_ATTEMPTS_LIMIT = 100
@@ -51,19 +51,12 @@ _STATUS = {
 }
 
 
-def retries(*, max_attempts: int) -> Callable:
-    """Let one task be attempted up to ``max_attempts`` times; goes under ``@task``:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobQueueTask(Task):
+    """A Task that may ask for retries: ``@task(max_attempts=3)`` (``@task`` passes extra
+    keywords to the backend's ``task_class``). None uses the backend's OPTIONS."""
 
-    @task
-    @retries(max_attempts=3)
-    def send_invoice(invoice_id): ...
-    """
-
-    def mark(func: Callable) -> Callable:
-        func.jobqueue_max_attempts = max_attempts
-        return func
-
-    return mark
+    max_attempts: int | None = None
 
 
 def _priority_tier(task_priority: int) -> str:
@@ -78,13 +71,14 @@ def _valid_attempts(value: Any) -> bool:
 
 
 class JobQueueBackend(BaseTaskBackend):
+    task_class = JobQueueTask
     supports_defer = True
     supports_get_result = True
     supports_priority = True
 
     def max_attempts(self, task: Task) -> int:
-        """The task's own ``@retries``, else the backend's OPTIONS, else one attempt."""
-        own = getattr(task.func, "jobqueue_max_attempts", None)
+        """The task's own ``max_attempts``, else the backend's OPTIONS, else one attempt."""
+        own = getattr(task, "max_attempts", None)
         return own if own is not None else self.options.get("MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS)
 
     def validate_task(self, task: Task) -> None:
