@@ -4,9 +4,15 @@ import uuid
 
 from django.conf import settings
 from django.db import models
+from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Now
 
 from queue_app.states import Priority, Status
+
+
+def task_path_expression() -> KeyTextTransform:
+    """``payload->>'task'``: the import path of a django.tasks job's task."""
+    return KeyTextTransform("task", "payload")
 
 
 class Job(models.Model):

@@ -32,15 +32,17 @@ from django.utils.module_loading import import_string
 
 from queue_app.conf import queue_settings
 from queue_app.handlers import current_job, job_handler
-from queue_app.states import Priority, Status
+from queue_app.states import TASK_JOB_TYPE, Priority, Status
 
-TASK_JOB_TYPE = "django.task"
 # Django's API has no retries: one attempt unless OPTIONS or @task(max_attempts=...) asks.
 DEFAULT_MAX_ATTEMPTS = 1
 # Same bound as the engine's (queue_app.engine.enqueue.MAX_ATTEMPTS_LIMIT).
 MAX_ATTEMPTS_LIMIT = 100
 OPTION_KEYS = {"MAX_ATTEMPTS"}
 CANCELLED_ERROR_CLASS = "queue_app.exceptions.JobCancelled"
+
+# Import paths of the tasks validated in this process (each @task is, when its module loads).
+_known_task_paths: set[str] = set()
 
 _STATUS = {
     Status.QUEUED: TaskResultStatus.READY,
@@ -87,6 +89,7 @@ class JobQueueBackend(BaseTaskBackend):
             raise InvalidTask(f"Queue '{task.queue_name}' is not a configured JOBQUEUE queue.")
         if not _valid_attempts(self.max_attempts(task)):
             raise InvalidTask(f"max_attempts must be a whole number between 1 and {MAX_ATTEMPTS_LIMIT}.")
+        _known_task_paths.add(task.module_path)
 
     def check(self, **kwargs) -> list[checks.CheckMessage]:
         if not apps.is_installed("queue_app"):
@@ -181,6 +184,11 @@ class JobQueueBackend(BaseTaskBackend):
         successful = status == TaskResultStatus.SUCCESSFUL
         object.__setattr__(result, "_return_value", job.result if successful else None)
         return result
+
+
+def known_task_paths() -> set[str]:
+    """The tasks this process knows of, for choices that must not scan the job table."""
+    return set(_known_task_paths)
 
 
 def _errors(job) -> list[TaskError]:
