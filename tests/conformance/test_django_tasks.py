@@ -19,6 +19,7 @@ import sys
 from datetime import timedelta
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.core import checks
 from django.db import transaction
 from django.tasks import TaskResultStatus, default_task_backend, task_backends
@@ -90,6 +91,18 @@ def test_get_result_equals_the_enqueued_result():
 
     assert test_tasks.noop_task.get_result(result.id) == result
     assert default_task_backend.get_result(result.id) == result
+
+
+def test_enqueue_and_get_result_async():
+    """Django test_tasks.TaskTestCase.test_enqueue_task_async and test_get_result_async."""
+
+    async def scenario():
+        result = await test_tasks.noop_task.aenqueue()
+        return result, await test_tasks.noop_task.aget_result(result.id)
+
+    result, fetched = async_to_sync(scenario)()
+    assert result.status == TaskResultStatus.READY
+    assert fetched == result
 
 
 def test_refresh_result_without_a_run_changes_nothing():
