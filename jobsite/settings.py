@@ -215,4 +215,6 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": "WARNING"},
+    # django.tasks' own lines (enqueued / state=RUNNING / state=SUCCESSFUL|FAILED with traceback).
+    "loggers": {"django.tasks": {"handlers": ["console"], "level": LOG_LEVEL, "propagate": False}},
 }

@@ -51,6 +51,10 @@ class LeaseLost(Exception):
     """Raised inside a handler whose job was cancelled or rescued while it ran."""
 
 
+class JobCancelled(Exception):
+    """What a cancelled job reads as to django.tasks: a failure whose cause was a cancel."""
+
+
 class WorkerShutdown(BaseException):
     """Raised inside a handler still running when the shutdown grace period ends."""
 

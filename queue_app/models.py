@@ -4,9 +4,15 @@ import uuid
 
 from django.conf import settings
 from django.db import models
+from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Now
 
 from queue_app.states import Priority, Status
+
+
+def task_path_expression() -> KeyTextTransform:
+    """``payload->>'task'``: the import path of a django.tasks job's task."""
+    return KeyTextTransform("task", "payload")
 
 
 class Job(models.Model):
@@ -26,6 +32,8 @@ class Job(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     completed_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
+    # Import path of the exception class behind last_error ("" when no exception raised it).
+    last_error_class = models.CharField(max_length=300, blank=True, default="")
     result = models.JSONField(null=True, blank=True)
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     # Hash of the request that first used the key: same key + other body = conflict.
@@ -43,6 +51,9 @@ class Job(models.Model):
     # Lease of a running job: which worker holds it and until when.
     worker_id = models.CharField(max_length=200, blank=True, default="")
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # The django.tasks backend alias that enqueued the job ("" for other jobs): one
+    # alias never reads another's results.
+    backend = models.CharField(max_length=100, blank=True, default="")
 
     class Meta:
         db_table = "jobs"

@@ -21,6 +21,9 @@ class Priority(models.TextChoices):
     LOW = "low"
 
 
+# The internal job type that runs django.tasks ``@task`` functions (queue_app.tasks_backend).
+TASK_JOB_TYPE = "django.task"
+
 # Lower tier pops first.
 PRIORITY_TIER = {Priority.HIGH: 0, Priority.MEDIUM: 1, Priority.LOW: 2}
 

@@ -53,6 +53,8 @@ class JobRequest:
     run_at: datetime | None = None
     max_attempts: int | None = None
     idempotency_key: str | None = None
+    # The django.tasks backend alias enqueuing it, if any.
+    backend: str = ""
 
     def fingerprint(self) -> str:
         body = [self.type, self.payload, self.priority, self.queue, self.max_attempts]
@@ -108,6 +110,7 @@ def _new_job(request: JobRequest, owner, now: datetime) -> Job:
         idempotency_key=request.idempotency_key,
         idempotency_fingerprint=request.fingerprint() if request.idempotency_key else "",
         owner=owner,
+        backend=request.backend,
     )
 
 
@@ -188,6 +191,7 @@ def enqueue_job(
     max_attempts: int | None = None,
     idempotency_key: str | None = None,
     owner=None,
+    backend: str = "",
 ) -> Job:
     """Create one job (see ``enqueue_jobs``); a repeated idempotency key returns the existing job."""
     request = JobRequest(
@@ -198,5 +202,6 @@ def enqueue_job(
         run_at=run_at,
         max_attempts=max_attempts,
         idempotency_key=idempotency_key,
+        backend=backend,
     )
     return enqueue_jobs([request], owner=owner)[0]

@@ -88,7 +88,7 @@ WITH input AS (
 ), done AS (
     UPDATE jobs
        SET status = 'completed', result = input.result, completed_at = now(),
-           last_error = '', worker_id = '', lease_expires_at = NULL
+           last_error = '', last_error_class = '', worker_id = '', lease_expires_at = NULL
       FROM input
      WHERE jobs.id = input.id AND jobs.status = 'processing' AND jobs.attempts = input.attempt
  RETURNING jobs.id, jobs.attempts
@@ -167,20 +167,34 @@ UPDATE jobs
        enqueued_at = CASE WHEN %(retry)s AND attempts < max_attempts
                           THEN now() + make_interval(secs => %(delay)s) ELSE enqueued_at END,
        completed_at = CASE WHEN %(retry)s AND attempts < max_attempts THEN NULL ELSE now() END,
-       last_error = %(error)s, worker_id = '', lease_expires_at = NULL
+       last_error = %(error)s, last_error_class = %(error_class)s,
+       worker_id = '', lease_expires_at = NULL
  WHERE {condition}
 RETURNING id, status, attempts, queue, next_retry_at
 """
 
 
 def _settle_failures(
-    condition: str, params: dict, *, error: str, retry: bool, delay: float, events: tuple[str, str]
+    condition: str,
+    params: dict,
+    *,
+    error: str,
+    retry: bool,
+    delay: float,
+    events: tuple[str, str],
+    error_class: str = "",
 ) -> list[tuple]:
     """Shared by a handler error and a lease rescue: retry with backoff or fail for good."""
     with connection.cursor() as cursor:
         cursor.execute(
             _SETTLE_FAILURE_SQL.format(condition=condition),
-            {**params, "retry": retry, "delay": delay, "error": error[:10_000]},
+            {
+                **params,
+                "retry": retry,
+                "delay": delay,
+                "error": error[:10_000],
+                "error_class": error_class[:300],
+            },
         )
         rows = cursor.fetchall()
     retry_event, fail_event = events
@@ -221,8 +235,12 @@ def _settle_failures(
     return rows
 
 
-def fail_job(job_id: str, attempt: int, error: str, *, retry: bool = True) -> str | None:
+def fail_job(
+    job_id: str, attempt: int, error: str, *, retry: bool = True, error_class: str = ""
+) -> str | None:
     """Record a failed attempt: back to queued after a backoff, or failed when none are left.
+
+    ``error_class`` is the import path of the exception that failed it, if one did.
 
     Returns the new status, or None when the fence rejected the write.
     """
@@ -238,6 +256,7 @@ def fail_job(job_id: str, attempt: int, error: str, *, retry: bool = True) -> st
             retry=retry,
             delay=retry_delay(attempt, base=base, cap=cap),
             events=("retry_scheduled", "failed"),
+            error_class=error_class,
         )
         if not rows:
             _record_fenced([Completion(job_id, attempt, None)], "failure_fenced")
@@ -273,6 +292,7 @@ def rescue_expired_leases(limit: int = 1000) -> list[tuple]:
             retry=True,
             delay=settings.RETRY_BACKOFF_BASE_SECONDS,
             events=("lease_expired_requeued", "lease_expired_failed"),
+            error_class="queue_app.exceptions.LeaseLost",
         )
     for job_id, status, attempts, *_ in rows:
         log.warning("lease_expired", job_id=str(job_id), attempt=attempts, status=status)

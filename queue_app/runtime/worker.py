@@ -332,10 +332,19 @@ class Worker:
         except WorkerShutdown:
             self._hand_back(job, "worker shutdown grace period ended")
         except JobTimeLimitExceeded as exc:
-            self._settle_failure(job, f"JobTimeLimitExceeded: {exc}", retry=True)
+            self._settle_failure(
+                job,
+                f"JobTimeLimitExceeded: {exc}",
+                retry=True,
+                error_class="queue_app.exceptions.JobTimeLimitExceeded",
+            )
         except Exception as exc:  # noqa: BLE001 - any handler error is the job's failure
             retry = not isinstance(exc, spec.give_up_on)
-            self._settle_failure(job, "".join(traceback.format_exception(exc)).strip(), retry=retry)
+            # The full traceback, as traceback.format_exc() gives it (django.tasks reads it).
+            error_class = f"{type(exc).__module__}.{type(exc).__qualname__}"
+            self._settle_failure(
+                job, "".join(traceback.format_exception(exc)), retry=retry, error_class=error_class
+            )
         else:
             if outcome is not None:
                 self.completions.append(outcome)
@@ -373,8 +382,8 @@ class Worker:
     def _check_result(result: Any) -> None:
         check_json(result, field="result", max_bytes=MAX_RESULT_BYTES, max_depth=64)
 
-    def _settle_failure(self, job: ClaimedJob, error: str, *, retry: bool) -> None:
-        execution.fail_job(job.id, job.attempt, error, retry=retry)
+    def _settle_failure(self, job: ClaimedJob, error: str, *, retry: bool, error_class: str = "") -> None:
+        execution.fail_job(job.id, job.attempt, error, retry=retry, error_class=error_class)
         self.held.pop(job.id, None)
 
     def _hand_back(self, job: ClaimedJob, reason: str) -> None:
