@@ -19,7 +19,7 @@ from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
-from queue_app.conf import queue_settings
+from queue_app.conf import SettingError, queue_settings
 from queue_app.handlers import current_job, job_handler
 from queue_app.models import Job
 from queue_app.services import enqueue_job
@@ -50,7 +50,13 @@ class JobQueueBackend(BaseTaskBackend):
 
     def validate_task(self, task: Task) -> None:
         super().validate_task(task)
-        if task.queue_name not in queue_settings().QUEUES:
+        try:
+            queues = queue_settings().QUEUES
+        except SettingError:
+            # @task runs this at import, before the system checks: leave a bad JOBQUEUE
+            # to the queue_app.E001 check, which stops the command naming the key.
+            return
+        if task.queue_name not in queues:
             raise InvalidTask(f"Queue '{task.queue_name}' is not a configured JOBQUEUE queue.")
 
     def enqueue(self, task: Task, args, kwargs) -> TaskResult:
