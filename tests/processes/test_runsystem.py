@@ -215,3 +215,19 @@ def test_reconcile_interval_sets_how_often_the_reconciler_repairs_redis(systems)
     wait_until(lambda: passes() >= after_commit + 3, timeout=30, message="three more passes")
     assert any(re.match(r"reconcile: restored_ready=1 ", line) for line in system.stdout)
     assert system.terminate() == 0
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ("--concurrency=0", "--concurrency must be at least 1"),
+        ("--reconcile-interval=0", "--reconcile-interval must be greater than 0"),
+        ("--reconcile-interval=-2", "--reconcile-interval must be greater than 0"),
+    ],
+)
+def test_a_bad_option_is_refused_before_any_child_starts(systems, option, message):
+    system = systems("--no-admin-user", option)
+    assert system.process.wait(timeout=120) == 1
+    wait_until(lambda: any(message in line for line in system.stderr), timeout=10)
+    assert f"CommandError: {message}" in system.stderr
+    assert not any(line.startswith("Started ") for line in system.stdout)
