@@ -30,7 +30,7 @@ from django.utils.dateparse import parse_datetime
 from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
-from queue_app.conf import queue_settings
+from queue_app.conf import SettingError, queue_settings
 from queue_app.handlers import current_job, job_handler
 from queue_app.states import TASK_JOB_TYPE, Priority, Status
 
@@ -85,7 +85,13 @@ class JobQueueBackend(BaseTaskBackend):
 
     def validate_task(self, task: Task) -> None:
         super().validate_task(task)
-        if task.queue_name not in queue_settings().QUEUES:
+        try:
+            queues = queue_settings().QUEUES
+        except SettingError:
+            # @task runs this at import, before the system checks: leave a bad JOBQUEUE
+            # to the queue_app.E001 check, which stops the command naming the key.
+            return
+        if task.queue_name not in queues:
             raise InvalidTask(f"Queue '{task.queue_name}' is not a configured JOBQUEUE queue.")
         if not _valid_attempts(self.max_attempts(task)):
             raise InvalidTask(f"max_attempts must be a whole number between 1 and {MAX_ATTEMPTS_LIMIT}.")

@@ -33,6 +33,11 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, bind, concurrency, reconcile_interval, no_admin_user, **options):
+        # Checked before anything starts: a child refusing its option would be restarted forever.
+        if concurrency < 1:
+            raise CommandError("--concurrency must be at least 1")
+        if reconcile_interval <= 0:
+            raise CommandError("--reconcile-interval must be greater than 0")
         manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
         commands = {
             "web": [*manage, "runserver", "--noreload", bind],
