@@ -5,6 +5,7 @@ from __future__ import annotations
 import structlog
 from django.db import connection, transaction
 
+from queue_app.engine import sql
 from queue_app.engine.outbox import enqueue_intent, notify_relay, ready_intent
 from queue_app.exceptions import (
     JobNotFound,
@@ -32,15 +33,7 @@ def cancel_job(job_id, *, reason: str = "cancelled by request") -> Job:
     """
     with transaction.atomic():
         with connection.cursor() as cursor:
-            cursor.execute(
-                """
-                UPDATE jobs SET status = 'cancelled', completed_at = now(), worker_id = '',
-                       lease_expires_at = NULL, next_retry_at = NULL
-                 WHERE id = %s AND status IN ('queued', 'processing')
-                RETURNING queue
-                """,
-                [str(job_id)],
-            )
+            cursor.execute(sql.query("cancel_job"), {"id": str(job_id)})
             row = cursor.fetchone()
         if row is None:
             raise _conflict(job_id, "cancel")
@@ -59,16 +52,7 @@ def retry_job(job_id, *, reason: str = "retried by request") -> Job:
     """
     with transaction.atomic():
         with connection.cursor() as cursor:
-            cursor.execute(
-                """
-                UPDATE jobs SET status = 'queued', max_attempts = GREATEST(max_attempts, attempts + 1),
-                       next_retry_at = NULL, enqueued_at = now(), completed_at = NULL,
-                       result = NULL, worker_id = '', lease_expires_at = NULL
-                 WHERE id = %s AND status IN ('failed', 'cancelled')
-                RETURNING queue, priority, enqueued_at
-                """,
-                [str(job_id)],
-            )
+            cursor.execute(sql.query("retry_job"), {"id": str(job_id)})
             row = cursor.fetchone()
         if row is None:
             raise _conflict(job_id, "retry")

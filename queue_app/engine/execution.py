@@ -82,24 +82,6 @@ class Completion:
     result: Any
 
 
-_COMPLETE_SQL = """
-WITH input AS (
-    SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS t(id uuid, attempt int, result jsonb)
-), done AS (
-    UPDATE jobs
-       SET status = 'completed', result = input.result, completed_at = now(),
-           last_error = '', worker_id = '', lease_expires_at = NULL
-      FROM input
-     WHERE jobs.id = input.id AND jobs.status = 'processing' AND jobs.attempts = input.attempt
- RETURNING jobs.id, jobs.attempts
-), logged AS (
-    INSERT INTO job_logs (job_id, created_at, level, event, message, extra)
-    SELECT id, now(), 'info', 'completed', '', jsonb_build_object('attempt', attempts) FROM done
-)
-SELECT id FROM done
-"""
-
-
 def complete_jobs(completions: Sequence[Completion]) -> set[str]:
     """Complete many jobs in one statement; returns the ids the fence let through.
 
@@ -111,7 +93,7 @@ def complete_jobs(completions: Sequence[Completion]) -> set[str]:
     rows = [{"id": c.job_id, "attempt": c.attempt, "result": c.result} for c in completions]
     with transaction.atomic(savepoint=False):
         with connection.cursor() as cursor:
-            cursor.execute(_COMPLETE_SQL, {"rows": json.dumps(rows)})
+            cursor.execute(sql.query("complete_jobs"), {"rows": json.dumps(rows)})
             done = {str(row[0]) for row in cursor.fetchall()}
         fenced = [c for c in completions if c.job_id not in done]
         if fenced:
@@ -159,27 +141,13 @@ def retry_delay(attempt: int, *, base: float, cap: float) -> float:
     return random.uniform(delay / 2, delay)
 
 
-_SETTLE_FAILURE_SQL = """
-UPDATE jobs
-   SET status = CASE WHEN %(retry)s AND attempts < max_attempts THEN 'queued' ELSE 'failed' END,
-       next_retry_at = CASE WHEN %(retry)s AND attempts < max_attempts
-                            THEN now() + make_interval(secs => %(delay)s) END,
-       enqueued_at = CASE WHEN %(retry)s AND attempts < max_attempts
-                          THEN now() + make_interval(secs => %(delay)s) ELSE enqueued_at END,
-       completed_at = CASE WHEN %(retry)s AND attempts < max_attempts THEN NULL ELSE now() END,
-       last_error = %(error)s, worker_id = '', lease_expires_at = NULL
- WHERE {condition}
-RETURNING id, status, attempts, queue, next_retry_at
-"""
-
-
 def _settle_failures(
-    condition: str, params: dict, *, error: str, retry: bool, delay: float, events: tuple[str, str]
+    statement: str, params: dict, *, error: str, retry: bool, delay: float, events: tuple[str, str]
 ) -> list[tuple]:
     """Shared by a handler error and a lease rescue: retry with backoff or fail for good."""
     with connection.cursor() as cursor:
         cursor.execute(
-            _SETTLE_FAILURE_SQL.format(condition=condition),
+            sql.query(statement),
             {**params, "retry": retry, "delay": delay, "error": error[:10_000]},
         )
         rows = cursor.fetchall()
@@ -232,7 +200,7 @@ def fail_job(job_id: str, attempt: int, error: str, *, retry: bool = True) -> st
     cap = (spec and spec.retry_backoff_max) or settings.RETRY_BACKOFF_MAX_SECONDS
     with transaction.atomic():
         rows = _settle_failures(
-            "id = %(id)s AND status = 'processing' AND attempts = %(attempt)s",
+            "settle_failed_attempt",
             {"id": job_id, "attempt": attempt},
             error=error,
             retry=retry,
@@ -266,8 +234,7 @@ def rescue_expired_leases(limit: int = 1000) -> list[tuple]:
     settings = queue_settings()
     with transaction.atomic():
         rows = _settle_failures(
-            "id IN (SELECT id FROM jobs WHERE status = 'processing' AND lease_expires_at < now()"
-            " ORDER BY lease_expires_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED)",
+            "rescue_expired_leases",
             {"limit": limit},
             error="lease expired: the worker stopped heartbeating",
             retry=True,
@@ -286,13 +253,7 @@ def extend_leases(held: Sequence[tuple[str, int]], *, worker_id: str) -> set[str
     rows = [{"id": job_id, "attempt": attempt} for job_id, attempt in held]
     with connection.cursor() as cursor:
         cursor.execute(
-            """
-            UPDATE jobs SET lease_expires_at = now() + make_interval(secs => %(lease)s)
-              FROM jsonb_to_recordset(%(rows)s::jsonb) AS t(id uuid, attempt int)
-             WHERE jobs.id = t.id AND jobs.attempts = t.attempt
-               AND jobs.status = 'processing' AND jobs.worker_id = %(worker)s
-            RETURNING jobs.id
-            """,
+            sql.query("extend_leases"),
             {"rows": json.dumps(rows), "worker": worker_id, "lease": queue_settings().LEASE_SECONDS},
         )
         return {str(row[0]) for row in cursor.fetchall()}
@@ -307,13 +268,7 @@ def hand_back_job(job_id: str, attempt: int, *, worker_id: str, reason: str) -> 
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute(
-                """
-                UPDATE jobs SET status = 'queued', attempts = attempts - 1, worker_id = '',
-                       lease_expires_at = NULL, started_at = NULL
-                 WHERE id = %s AND status = 'processing' AND attempts = %s AND worker_id = %s
-                RETURNING id, queue, priority, enqueued_at
-                """,
-                [job_id, attempt, worker_id],
+                sql.query("hand_back_job"), {"id": job_id, "attempt": attempt, "worker": worker_id}
             )
             row = cursor.fetchone()
         if row is None:

@@ -19,7 +19,7 @@ from django.db.models.functions import Now
 
 from queue_app import broker
 from queue_app.conf import queue_settings
-from queue_app.engine.outbox import OUTBOX_CHANNEL
+from queue_app.engine import sql
 from queue_app.models import OutboxMessage
 from queue_app.runtime import failpoints
 from queue_app.runtime.outages import OutageGuard
@@ -81,15 +81,7 @@ class Relay:
         deleted = 0
         while not self.stopping:
             with connection.cursor() as cursor:
-                cursor.execute(
-                    """
-                    DELETE FROM job_outbox WHERE id IN (
-                        SELECT id FROM job_outbox
-                         WHERE dispatched_at < now() - make_interval(secs => %s)
-                         LIMIT %s)
-                    """,
-                    [retention, PRUNE_CHUNK],
-                )
+                cursor.execute(sql.query("prune_outbox"), {"retention": retention, "limit": PRUNE_CHUNK})
                 deleted += cursor.rowcount
                 if cursor.rowcount < PRUNE_CHUNK:
                     break
@@ -105,7 +97,7 @@ class Relay:
             params.pop("context", None)
             params.pop("server_side_binding", None)
             self._listener = psycopg.connect(**params, autocommit=True)
-            self._listener.execute(f"LISTEN {OUTBOX_CHANNEL}")
+            self._listener.execute(sql.query("listen_outbox"))
         return self._listener
 
     def wait_for_notification(self) -> None:
