@@ -11,13 +11,18 @@ from typing import Any
 import structlog
 from django.db import connection, transaction
 
-from queue_app import broker
 from queue_app.conf import queue_settings
 from queue_app.engine import selectors, sql
-from queue_app.engine.outbox import enqueue_intent, notify_relay
+from queue_app.engine.transitions import (
+    TransitionedJob,
+    apply_transition,
+    record_transitions,
+    table_params,
+    transition,
+)
 from queue_app.handlers import get_handler
-from queue_app.models import Job, JobLog, OutboxMessage
-from queue_app.states import Status
+from queue_app.models import Job, JobLog
+from queue_app.states import COMPLETION_FENCED, FAILURE_FENCED, Status
 
 log = structlog.get_logger("queue_app.services")
 
@@ -43,7 +48,10 @@ def claim_jobs(ids: Sequence[str], *, worker_id: str) -> list[ClaimedJob]:
     lease = queue_settings().LEASE_SECONDS
     valid_ids = [str(pk) for pk in selectors.valid_ids(ids)]
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
-        cursor.execute(sql.query("claim_jobs"), {"ids": valid_ids, "worker": worker_id, "lease": lease})
+        cursor.execute(
+            sql.query("claim_jobs"),
+            {"ids": valid_ids, "worker": worker_id, "lease": lease, **table_params("claim")},
+        )
         rows = cursor.fetchall()
     # Run in pop order (priority, then age); RETURNING order is unspecified.
     position = {job_id: index for index, job_id in enumerate(valid_ids)}
@@ -93,11 +101,11 @@ def complete_jobs(completions: Sequence[Completion]) -> set[str]:
     rows = [{"id": c.job_id, "attempt": c.attempt, "result": c.result} for c in completions]
     with transaction.atomic(savepoint=False):
         with connection.cursor() as cursor:
-            cursor.execute(sql.query("complete_jobs"), {"rows": json.dumps(rows)})
+            cursor.execute(sql.query("complete_jobs"), {"rows": json.dumps(rows), **table_params("complete")})
             done = {str(row[0]) for row in cursor.fetchall()}
         fenced = [c for c in completions if c.job_id not in done]
         if fenced:
-            _record_fenced(fenced, "completion_fenced")
+            _record_fenced(fenced, COMPLETION_FENCED)
     for job_id in done:
         log.debug("job_completed", job_id=job_id)
     if done:
@@ -113,7 +121,7 @@ def complete_job(job_id: str, attempt: int, result: Any) -> bool:
 def note_fenced(job_id: str, attempt: int) -> None:
     """Record that an attempt's completion was rejected (after its atomic work rolled back)."""
     with transaction.atomic():
-        _record_fenced([Completion(job_id, attempt, None)], "completion_fenced")
+        _record_fenced([Completion(job_id, attempt, None)], COMPLETION_FENCED)
 
 
 def _record_fenced(items: Sequence[Completion], event: str) -> None:
@@ -141,54 +149,6 @@ def retry_delay(attempt: int, *, base: float, cap: float) -> float:
     return random.uniform(delay / 2, delay)
 
 
-def _settle_failures(
-    statement: str, params: dict, *, error: str, retry: bool, delay: float, events: tuple[str, str]
-) -> list[tuple]:
-    """Shared by a handler error and a lease rescue: retry with backoff or fail for good."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            sql.query(statement),
-            {**params, "retry": retry, "delay": delay, "error": error[:10_000]},
-        )
-        rows = cursor.fetchall()
-    retry_event, fail_event = events
-    logs, outbox = [], []
-    for job_id, status, attempts, queue, next_retry_at in rows:
-        if status == Status.QUEUED:
-            logs.append(
-                JobLog(
-                    job_id=job_id,
-                    level=JobLog.Level.WARNING,
-                    event=retry_event,
-                    message=error[:2000],
-                    extra={"attempt": attempts, "next_retry_at": next_retry_at.isoformat()},
-                )
-            )
-            outbox.append(
-                OutboxMessage(
-                    job_id=job_id,
-                    action=OutboxMessage.Action.SCHEDULE,
-                    queue=queue,
-                    score=broker.due_score(next_retry_at),
-                )
-            )
-        else:
-            logs.append(
-                JobLog(
-                    job_id=job_id,
-                    level=JobLog.Level.ERROR,
-                    event=fail_event,
-                    message=error[:2000],
-                    extra={"attempt": attempts},
-                )
-            )
-    JobLog.objects.bulk_create(logs)
-    if outbox:
-        OutboxMessage.objects.bulk_create(outbox)
-        notify_relay()
-    return rows
-
-
 def fail_job(job_id: str, attempt: int, error: str, *, retry: bool = True) -> str | None:
     """Record a failed attempt: back to queued after a backoff, or failed when none are left.
 
@@ -198,23 +158,23 @@ def fail_job(job_id: str, attempt: int, error: str, *, retry: bool = True) -> st
     settings = queue_settings()
     base = (spec and spec.retry_backoff_base) or settings.RETRY_BACKOFF_BASE_SECONDS
     cap = (spec and spec.retry_backoff_max) or settings.RETRY_BACKOFF_MAX_SECONDS
+    settled = {"attempt": attempt, "message": error[:2000], "error": error[:10_000]}
     with transaction.atomic():
-        rows = _settle_failures(
-            "settle_failed_attempt",
-            {"id": job_id, "attempt": attempt},
-            error=error,
-            retry=retry,
-            delay=retry_delay(attempt, base=base, cap=cap),
-            events=("retry_scheduled", "failed"),
-        )
-        if not rows:
-            _record_fenced([Completion(job_id, attempt, None)], "failure_fenced")
+        # schedule_retry holds only while attempts are left; otherwise fail does.
+        job = None
+        if retry:
+            job = apply_transition(
+                "schedule_retry", job_id, delay=retry_delay(attempt, base=base, cap=cap), **settled
+            )
+        if job is None:
+            job = apply_transition("fail", job_id, **settled)
+        if job is None:
+            _record_fenced([Completion(job_id, attempt, None)], FAILURE_FENCED)
             return None
-    status = rows[0][1]
     log.info(
-        "job_retry_scheduled" if status == Status.QUEUED else "job_failed", job_id=job_id, attempt=attempt
+        "job_retry_scheduled" if job.status == Status.QUEUED else "job_failed", job_id=job_id, attempt=attempt
     )
-    return status
+    return job.status
 
 
 def _spec_or_none(job_id: str):
@@ -225,25 +185,33 @@ def _spec_or_none(job_id: str):
         return None
 
 
-def rescue_expired_leases(limit: int = 1000) -> list[tuple]:
+def rescue_expired_leases(limit: int = 1000) -> list[TransitionedJob]:
     """Jobs whose worker stopped heartbeating: the attempt counts as failed.
 
     The attempt number stays (it is the fencing token), so a paused worker
     that wakes up later cannot write over the next attempt.
     """
-    settings = queue_settings()
+    requeue, fail = transition("rescue_requeue"), transition("rescue_fail")
+    error = "lease expired: the worker stopped heartbeating"
     with transaction.atomic():
-        rows = _settle_failures(
-            "rescue_expired_leases",
-            {"limit": limit},
-            error="lease expired: the worker stopped heartbeating",
-            retry=True,
-            delay=settings.RETRY_BACKOFF_BASE_SECONDS,
-            events=("lease_expired_requeued", "lease_expired_failed"),
-        )
-    for job_id, status, attempts, *_ in rows:
-        log.warning("lease_expired", job_id=str(job_id), attempt=attempts, status=status)
-    return rows
+        with connection.cursor() as cursor:
+            cursor.execute(
+                sql.query("rescue_expired_leases"),
+                {
+                    "sources": sorted(requeue.sources | fail.sources),
+                    "requeue_target": requeue.target,
+                    "fail_target": fail.target,
+                    "delay": queue_settings().RETRY_BACKOFF_BASE_SECONDS,
+                    "error": error,
+                    "limit": limit,
+                },
+            )
+            jobs = [TransitionedJob(str(row[0]), *row[1:]) for row in cursor.fetchall()]
+        record_transitions(requeue, [job for job in jobs if job.status == requeue.target], message=error)
+        record_transitions(fail, [job for job in jobs if job.status == fail.target], message=error)
+    for job in jobs:
+        log.warning("lease_expired", job_id=job.id, attempt=job.attempts, status=job.status)
+    return jobs
 
 
 def extend_leases(held: Sequence[tuple[str, int]], *, worker_id: str) -> set[str]:
@@ -254,7 +222,12 @@ def extend_leases(held: Sequence[tuple[str, int]], *, worker_id: str) -> set[str
     with connection.cursor() as cursor:
         cursor.execute(
             sql.query("extend_leases"),
-            {"rows": json.dumps(rows), "worker": worker_id, "lease": queue_settings().LEASE_SECONDS},
+            {
+                "rows": json.dumps(rows),
+                "worker": worker_id,
+                "lease": queue_settings().LEASE_SECONDS,
+                "processing": Status.PROCESSING,
+            },
         )
         return {str(row[0]) for row in cursor.fetchall()}
 
@@ -265,18 +238,8 @@ def hand_back_job(job_id: str, attempt: int, *, worker_id: str, reason: str) -> 
     Safe because the caller is the process that ran the attempt and has
     stopped it; the fence makes it a no-op if the job moved on meanwhile.
     """
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(
-                sql.query("hand_back_job"), {"id": job_id, "attempt": attempt, "worker": worker_id}
-            )
-            row = cursor.fetchone()
-        if row is None:
-            log.info("hand_back_skipped", job_id=job_id, attempt=attempt)
-            return False
-        _, queue, priority, enqueued_at = row
-        JobLog.objects.create(job_id=job_id, event="handed_back", message=reason, extra={"attempt": attempt})
-        enqueue_intent(job_id, queue, priority, enqueued_at).save()
-        notify_relay()
+    if apply_transition("hand_back", job_id, attempt=attempt, worker=worker_id, message=reason) is None:
+        log.info("hand_back_skipped", job_id=job_id, attempt=attempt)
+        return False
     log.info("job_handed_back", job_id=job_id, attempt=attempt, reason=reason)
     return True

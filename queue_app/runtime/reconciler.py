@@ -212,11 +212,11 @@ class Reconciler:
             return
         while not self.stopping:
             # Each batch is one transaction (SKIP LOCKED, so two reconcilers share the work).
-            rows = execution.rescue_expired_leases(limit=self.batch_size)
-            for job_id, status, attempts, *_ in rows:
-                action = REQUEUED_EXPIRED if status == Status.QUEUED else FAILED_EXPIRED
-                self._record(action, job_id=str(job_id), attempt=attempts)
-            if len(rows) < self.batch_size:
+            rescued = execution.rescue_expired_leases(limit=self.batch_size)
+            for job in rescued:
+                action = REQUEUED_EXPIRED if job.status == Status.QUEUED else FAILED_EXPIRED
+                self._record(action, job_id=job.id, attempt=job.attempts)
+            if len(rescued) < self.batch_size:
                 return
 
     # --- 2. stale ids ------------------------------------------------------------
