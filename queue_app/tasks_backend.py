@@ -21,6 +21,7 @@ from django.utils.module_loading import import_string
 
 from queue_app.conf import queue_settings
 from queue_app.handlers import current_job, job_handler
+from queue_app.ids import parse_job_id
 from queue_app.models import Job
 from queue_app.services import enqueue_job
 from queue_app.states import Priority, Status
@@ -91,13 +92,7 @@ class JobQueueBackend(BaseTaskBackend):
 
 
 def _is_uuid(value: str) -> bool:
-    import uuid
-
-    try:
-        uuid.UUID(str(value))
-    except ValueError:
-        return False
-    return True
+    return parse_job_id(value) is not None
 
 
 def _load_task(module_path: str) -> Task:

@@ -9,7 +9,6 @@ from django.db import connection
 from queue_app import broker
 from queue_app.engine import sql
 from queue_app.models import Job, OutboxMessage
-from queue_app.states import PRIORITY_TIER
 
 
 def ready_intent(job: Job) -> OutboxMessage:
@@ -30,7 +29,7 @@ def enqueue_intent(job_id, queue: str, priority: str, enqueued_at: datetime) -> 
         job_id=job_id,
         action=OutboxMessage.Action.ENQUEUE,
         queue=queue,
-        score=broker.priority_score(PRIORITY_TIER[priority], enqueued_at),
+        score=broker.ready_score(priority, enqueued_at),
     )
 
 

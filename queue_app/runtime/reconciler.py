@@ -30,7 +30,6 @@ are harmless: a worker claims by compare-and-set and drops the rest.
 from __future__ import annotations
 
 import contextlib
-import re
 import threading
 import time
 import uuid
@@ -46,8 +45,9 @@ from django.db import DatabaseError, connection, reset_queries
 from queue_app import broker
 from queue_app.conf import queue_settings
 from queue_app.engine import execution, sql
+from queue_app.ids import canonical_job_id
 from queue_app.runtime.outages import OutageGuard
-from queue_app.states import PRIORITY_TIER, Status
+from queue_app.states import Status
 
 log = structlog.get_logger("queue_app.reconciler")
 
@@ -79,18 +79,6 @@ _WOULD = {
     REQUEUED_EXPIRED: "requeue (lease expired)",
     FAILED_EXPIRED: "fail (lease expired, no attempt left)",
 }
-
-_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-def _canonical_id(value: str) -> str | None:
-    """The id as PostgreSQL prints it, or None when it cannot name a job (garbage in Redis)."""
-    if _CANONICAL_UUID.fullmatch(value):
-        return value  # the fast path: every id the system itself writes
-    try:
-        return str(uuid.UUID(value))
-    except ValueError:
-        return None
 
 
 def _fetch(statement: str, params) -> list[tuple]:
@@ -243,7 +231,7 @@ class Reconciler:
 
     def _stale(self, ids: list[str], *, queue: str, structure: str, expected: bool) -> list[str]:
         """The ids among ``ids`` (found in ``structure`` of ``queue``) that must go."""
-        valid = {value: _canonical_id(value) for value in ids}
+        valid = {value: canonical_job_id(value) for value in ids}
         rows = _fetch("known_ids", {"ids": list({job_id for job_id in valid.values() if job_id})})
         known = {row[0]: row[1:] for row in rows}
         doomed = []
@@ -358,7 +346,7 @@ class Reconciler:
             score = broker.enqueue_order_score(job.enqueued_at)
             structure = "fifo"
         else:
-            score = broker.priority_score(PRIORITY_TIER[job.priority], job.enqueued_at)
+            score = broker.ready_score(job.priority, job.enqueued_at)
             structure = "priority"
         self._record(RESTORED_READY, job_id=job.id, queue=job.queue, structure=structure, score=score)
         return broker.Intent("enqueue", job.id, job.queue, fifo, score)
