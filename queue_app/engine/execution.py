@@ -103,7 +103,7 @@ def complete_jobs(completions: Sequence[Completion]) -> set[str]:
         with connection.cursor() as cursor:
             cursor.execute(sql.query("complete_jobs"), {"rows": json.dumps(rows), **table_params("complete")})
             done = {str(row[0]) for row in cursor.fetchall()}
-        fenced = [c for c in completions if c.job_id not in done]
+        fenced = [(c.job_id, c.attempt) for c in completions if c.job_id not in done]
         if fenced:
             _record_fenced(fenced, COMPLETION_FENCED)
     for job_id in done:
@@ -113,34 +113,29 @@ def complete_jobs(completions: Sequence[Completion]) -> set[str]:
     return done
 
 
-def complete_job(job_id: str, attempt: int, result: Any) -> bool:
-    """Complete one job; False when the fence rejected it (see ``complete_jobs``)."""
-    return bool(complete_jobs([Completion(job_id, attempt, result)]))
-
-
 def note_fenced(job_id: str, attempt: int) -> None:
     """Record that an attempt's completion was rejected (after its atomic work rolled back)."""
     with transaction.atomic():
-        _record_fenced([Completion(job_id, attempt, None)], COMPLETION_FENCED)
+        _record_fenced([(job_id, attempt)], COMPLETION_FENCED)
 
 
-def _record_fenced(items: Sequence[Completion], event: str) -> None:
-    existing = set(
-        str(pk) for pk in Job.objects.filter(id__in=[c.job_id for c in items]).values_list("id", flat=True)
-    )
+def _record_fenced(attempts: Sequence[tuple[str, int]], event: str) -> None:
+    """Log that these (job id, attempt) pairs lost their job before their outcome was written."""
+    job_ids = [job_id for job_id, _ in attempts]
+    existing = {str(pk) for pk in Job.objects.filter(id__in=job_ids).values_list("id", flat=True)}
     JobLog.objects.bulk_create(
         JobLog(
-            job_id=c.job_id,
+            job_id=job_id,
             level=JobLog.Level.WARNING,
             event=event,
             message="attempt no longer holds the job; nothing written",
-            extra={"attempt": c.attempt},
+            extra={"attempt": attempt},
         )
-        for c in items
-        if c.job_id in existing
+        for job_id, attempt in attempts
+        if job_id in existing
     )
-    for c in items:
-        log.warning(event, job_id=c.job_id, attempt=c.attempt)
+    for job_id, attempt in attempts:
+        log.warning(event, job_id=job_id, attempt=attempt)
 
 
 def retry_delay(attempt: int, *, base: float, cap: float) -> float:
@@ -169,7 +164,7 @@ def fail_job(job_id: str, attempt: int, error: str, *, retry: bool = True) -> st
         if job is None:
             job = apply_transition("fail", job_id, **settled)
         if job is None:
-            _record_fenced([Completion(job_id, attempt, None)], FAILURE_FENCED)
+            _record_fenced([(job_id, attempt)], FAILURE_FENCED)
             return None
     log.info(
         "job_retry_scheduled" if job.status == Status.QUEUED else "job_failed", job_id=job_id, attempt=attempt

@@ -10,7 +10,7 @@ from structlog.testing import capture_logs
 
 from queue_app import services
 from queue_app.engine import execution
-from queue_app.engine.execution import claim_jobs
+from queue_app.engine.execution import Completion, claim_jobs
 from queue_app.models import Job, JobLog
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
 from tests.helpers import relay_all, run_worker
@@ -119,7 +119,7 @@ def test_completion_after_cancel_is_fenced_and_result_not_written():
     relay_all()
     [claimed] = claim_jobs([str(job.id)], worker_id="w")
     services.cancel_job(job.id)
-    assert execution.complete_job(claimed.id, claimed.attempt, {"v": 1}) is False
+    assert execution.complete_jobs([Completion(claimed.id, claimed.attempt, {"v": 1})]) == set()
     job.refresh_from_db()
     assert job.status == "cancelled" and job.result is None
     assert events(job)[-1] == "completion_fenced"
@@ -133,8 +133,8 @@ def test_stale_attempt_cannot_complete_after_rescue_and_reclaim(queue_config):
     Job.objects.filter(id=job.id).update(next_retry_at=None)
     [second] = claim_jobs([str(job.id)], worker_id="new")
     assert second.attempt == first.attempt + 1
-    assert execution.complete_job(first.id, first.attempt, "stale") is False
-    assert execution.complete_job(second.id, second.attempt, "fresh") is True
+    assert execution.complete_jobs([Completion(first.id, first.attempt, "stale")]) == set()
+    assert execution.complete_jobs([Completion(second.id, second.attempt, "fresh")]) == {second.id}
     job.refresh_from_db()
     assert job.result == "fresh"
 
