@@ -188,8 +188,11 @@ JOBQUEUE = {
     key.removeprefix("JOBQUEUE_"): value for key, value in os.environ.items() if key.startswith("JOBQUEUE_")
 }
 
-# Fault injection for tests and the chaos run only (queue_app/failpoints.py).
+# Fault injection for tests and the chaos run only: JOBSITE_FAILPOINTS arms named
+# points (queue_app/runtime/failpoints.py). Unset, no handler is installed and the
+# fault points in the code are a check of None.
 FAILPOINTS = os.environ.get("JOBSITE_FAILPOINTS", "")
+FAULT_POINT_HANDLER = "queue_app.runtime.failpoints.hit" if FAILPOINTS else ""
 
 LOG_FORMAT = os.environ.get("LOG_FORMAT", "console" if sys.stderr.isatty() else "json")
 LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO").upper()

@@ -7,359 +7,74 @@ Per queue, with a hash tag so one queue's keys share a Redis Cluster slot:
     queue:{name}:retry     sorted set of waiting ids; score = due epoch seconds
 
 Redis holds ids only; losing it loses the schedule, never the work.
+
+Modules: ``keys`` (names), ``scores`` (exact float64 scores), ``client`` (one
+client per process), ``ready`` (apply intents, pop, wait, promote, depths),
+``repair`` (the reconciler's look-ups, scans and restores). Callers use the
+names re-exported here: ``broker.apply``, ``broker.priority_key``, ...
 """
 
-from __future__ import annotations
-
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-
-import redis
-from django.conf import settings
-
-# Scores: tier * 2**50 + microseconds since EPOCH. 2**50 µs is ~35.7 years, and
-# the largest score (3 * 2**50 - 1) stays below 2**53, so every score is an
-# exact float64 integer: ordering is exact to the microsecond.
-EPOCH = datetime(2020, 1, 1, tzinfo=UTC)
-TIER_SPAN = 2**50
-# The last enqueue time with an exact score of its own: 2055-09-05T05:58:26.842623Z.
-# Later times would clamp (and tie), so enqueue refuses a run_at beyond it.
-LATEST_EXACT_TIME = EPOCH + timedelta(microseconds=TIER_SPAN - 1)
-
-
-def priority_score(tier: int, enqueued_at: datetime) -> float:
-    """Exact float64 score: tier first, then enqueue time (µs), clamped to the tier."""
-    delta = enqueued_at - EPOCH
-    micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-    micros = min(max(micros, 0), TIER_SPAN - 1)
-    return float(tier * TIER_SPAN + micros)
-
-
-def due_score(due_at: datetime) -> float:
-    return due_at.timestamp()
-
-
-def priority_key(queue: str) -> str:
-    return f"queue:{{{queue}}}:priority"
-
-
-def fifo_key(queue: str) -> str:
-    return f"queue:{{{queue}}}:fifo"
-
-
-def retry_key(queue: str) -> str:
-    return f"queue:{{{queue}}}:retry"
-
-
-def ready_key(queue: str, fifo: bool) -> str:
-    return fifo_key(queue) if fifo else priority_key(queue)
-
-
-_client: redis.Redis | None = None
-_client_pid: int | None = None
-
-
-def get_client() -> redis.Redis:
-    """A client per process (re-created after fork), from settings.REDIS_URL."""
-    import os
-
-    global _client, _client_pid
-    if _client is None or _client_pid != os.getpid():
-        _client = redis.Redis.from_url(
-            settings.REDIS_URL,
-            decode_responses=True,
-            socket_connect_timeout=5,
-            socket_timeout=30,
-            health_check_interval=30,
-        )
-        _client_pid = os.getpid()
-    return _client
-
-
-@dataclass(frozen=True)
-class Intent:
-    """One change to apply: what the relay (or reconciler) reads from an outbox row."""
-
-    action: str  # "enqueue" | "schedule" | "remove"
-    job_id: str
-    queue: str
-    fifo: bool
-    score: float | None = None
-
-
-def apply(client: redis.Redis, intents: Iterable[Intent]) -> None:
-    """Apply intents in one pipeline (no MULTI); each is idempotent except FIFO pushes,
-    whose duplicates the worker's claim absorbs."""
-    pipe = client.pipeline(transaction=False)
-    for intent in intents:
-        if intent.action == "enqueue":
-            pipe.zrem(retry_key(intent.queue), intent.job_id)
-            if intent.fifo:
-                pipe.rpush(fifo_key(intent.queue), intent.job_id)
-            else:
-                pipe.zadd(priority_key(intent.queue), {intent.job_id: intent.score})
-        elif intent.action == "schedule":
-            _remove_ready(pipe, intent.queue, intent.job_id)
-            pipe.zadd(retry_key(intent.queue), {intent.job_id: intent.score})
-        elif intent.action == "remove":
-            _remove_ready(pipe, intent.queue, intent.job_id)
-            pipe.zrem(retry_key(intent.queue), intent.job_id)
-        else:
-            raise ValueError(f"unknown outbox action {intent.action!r}")
-    pipe.execute()
-
-
-def _remove_ready(pipe, queue: str, job_id: str) -> None:
-    pipe.zrem(priority_key(queue), job_id)
-    pipe.lrem(fifo_key(queue), 0, job_id)
-
-
-def pop_ready(client: redis.Redis, queues: Sequence[tuple[str, bool]], count: int) -> list[str]:
-    """Pop up to ``count`` ids without blocking: priority sets first, then FIFO lists."""
-    ids: list[str] = []
-    for queue, fifo in sorted(queues, key=lambda q: q[1]):
-        want = count - len(ids)
-        if want <= 0:
-            break
-        if fifo:
-            ids.extend(client.lpop(fifo_key(queue), want) or [])
-        else:
-            ids.extend(member for member, _ in client.zpopmin(priority_key(queue), want))
-    return ids
-
-
-def wait_ready(client: redis.Redis, queues: Sequence[tuple[str, bool]], timeout: float) -> list[str]:
-    """Block up to ``timeout`` for one id (no busy polling)."""
-    zsets = [priority_key(q) for q, fifo in queues if not fifo]
-    lists = [fifo_key(q) for q, fifo in queues if fifo]
-    # Split the wait when a worker serves both kinds; each side still blocks.
-    share = timeout / 2 if zsets and lists else timeout
-    if zsets:
-        popped = client.bzpopmin(zsets, timeout=share)
-        if popped:
-            return [popped[1]]
-    if lists:
-        popped = client.blpop(lists, timeout=share)
-        if popped:
-            return [popped[1]]
-    return []
-
-
-# Removes due members and returns only those this call removed, so two
-# promoters never both move one id. Redis TIME decides what is due.
-_TAKE_DUE = """
-local now = redis.call('TIME')
-local now_s = tonumber(now[1]) + tonumber(now[2]) / 1000000
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_s, 'LIMIT', 0, tonumber(ARGV[1]))
-local taken = {}
-for _, id in ipairs(ids) do
-  if redis.call('ZREM', KEYS[1], id) == 1 then table.insert(taken, id) end
-end
-return taken
-"""
-
-
-def take_due(client: redis.Redis, queue: str, limit: int = 1000) -> list[str]:
-    """Remove and return ids whose due time has come (atomic per call)."""
-    return list(client.eval(_TAKE_DUE, 1, retry_key(queue), limit))
-
-
-def depths(client: redis.Redis, queues: Sequence[tuple[str, bool]]) -> dict[str, dict[str, int]]:
-    """Number of ids in each structure of each queue."""
-    pipe = client.pipeline(transaction=False)
-    for queue, _ in queues:
-        pipe.zcard(priority_key(queue))
-        pipe.llen(fifo_key(queue))
-        pipe.zcard(retry_key(queue))
-    counts = pipe.execute()
-    return {
-        queue: {"priority": counts[i * 3], "fifo": counts[i * 3 + 1], "retry": counts[i * 3 + 2]}
-        for i, (queue, _) in enumerate(queues)
-    }
-
-
-# --- repair support for the reconciler: look-ups, scans, add-only restores ----
-
-# Temporary keys live at most this long, so a crashed run leaves no lasting garbage.
-RECONCILE_KEY_TTL_SECONDS = 3600
-
-
-def reconcile_members_key(queue: str, token: str) -> str:
-    """A run's set snapshot of a FIFO list, for O(1) membership look-ups."""
-    return f"queue:{{{queue}}}:reconcile:{token}:members"
-
-
-def reconcile_staging_key(queue: str, token: str) -> str:
-    """A run's sorted set of FIFO ids to restore, ordered by enqueue time."""
-    return f"queue:{{{queue}}}:reconcile:{token}:staging"
-
-
-def enqueue_order_score(enqueued_at: datetime) -> float:
-    """Microseconds since EPOCH: the FIFO position of a job (tier 0 of the priority score)."""
-    return priority_score(0, enqueued_at)
-
-
-@dataclass(frozen=True)
-class Lookup:
-    """Which of ``ids`` are members of ``key`` (a sorted set, or a plain set)."""
-
-    key: str
-    ids: Sequence[str]
-    sorted_set: bool = True
-
-
-def contains(client: redis.Redis, lookups: Sequence[Lookup]) -> list[list[bool]]:
-    """Membership of many ids in many keys in one round trip (ZMSCORE / SMISMEMBER)."""
-    pipe = client.pipeline(transaction=False)
-    asked = [lookup for lookup in lookups if lookup.ids]
-    for lookup in asked:
-        if lookup.sorted_set:
-            pipe.zmscore(lookup.key, list(lookup.ids))
-        else:
-            pipe.smismember(lookup.key, list(lookup.ids))
-    answers = iter(pipe.execute() if asked else [])
-    results = []
-    for lookup in lookups:
-        if not lookup.ids:
-            results.append([])
-        elif lookup.sorted_set:
-            results.append([score is not None for score in next(answers)])
-        else:
-            results.append([bool(member) for member in next(answers)])
-    return results
-
-
-# Copies one chunk of a list into a set, server-side (ids never cross the network).
-_SNAPSHOT_CHUNK = """
-local start = tonumber(ARGV[1])
-local ids = redis.call('LRANGE', KEYS[1], start, start + tonumber(ARGV[2]) - 1)
-if #ids > 0 then
-  redis.call('SADD', KEYS[2], unpack(ids))
-  redis.call('EXPIRE', KEYS[2], tonumber(ARGV[3]))
-end
-return #ids
-"""
-
-
-def snapshot_list(client: redis.Redis, list_key: str, set_key: str, *, chunk: int = 1000) -> int:
-    """Copy a list into a set in chunks (each atomic, none long enough to stall Redis).
-
-    Pops and pushes between chunks shift the offsets, so an id may be missed:
-    the caller then sees it as absent, which errs toward a harmless duplicate.
-    """
-    start = 0
-    while True:
-        copied = client.eval(_SNAPSHOT_CHUNK, 2, list_key, set_key, start, chunk, RECONCILE_KEY_TTL_SECONDS)
-        start += copied
-        if copied < chunk:
-            return start
-
-
-def scan_sorted_set(client: redis.Redis, key: str, *, chunk: int = 1000) -> Iterator[list[str]]:
-    """Members in chunks (ZSCAN): each member present throughout is seen at least once."""
-    cursor = 0
-    while True:
-        cursor, members = client.zscan(key, cursor, count=chunk)
-        if members:
-            yield [member for member, _ in members]
-        if cursor == 0:
-            return
-
-
-def prune_sorted_set(
-    client: redis.Redis,
-    key: str,
-    pick: Callable[[list[str]], Collection[str]],
-    *,
-    chunk: int = 1000,
-    remove: bool = True,
-) -> int:
-    """Scan ``key`` in chunks and remove the members ``pick`` returns; returns how many went."""
-    removed = 0
-    for members in scan_sorted_set(client, key, chunk=chunk):
-        doomed = list(pick(members))
-        if doomed and remove:
-            removed += client.zrem(key, *doomed)
-    return removed
-
-
-def prune_list(
-    client: redis.Redis,
-    key: str,
-    pick: Callable[[list[str]], Collection[str]],
-    *,
-    chunk: int = 1000,
-    remove: bool = True,
-) -> int:
-    """Walk a list in LRANGE chunks and remove every occurrence of the ids ``pick`` returns."""
-    start = 0
-    removed_total = 0
-    while True:
-        ids = client.lrange(key, start, start + chunk - 1)
-        doomed = list(dict.fromkeys(pick(ids))) if ids else []
-        removed = 0
-        if doomed and remove:
-            pipe = client.pipeline(transaction=False)
-            for job_id in doomed:
-                pipe.lrem(key, 0, job_id)
-            removed = sum(pipe.execute())
-            removed_total += removed
-        if len(ids) < chunk:
-            return removed_total
-        # Removals at or before this chunk shift the rest left; stepping back by all
-        # of them may re-read a few entries but never skips one.
-        start = max(0, start + len(ids) - removed)
-
-
-def restore(client: redis.Redis, intents: Iterable[Intent], *, staging_token: str) -> None:
-    """Add-only counterpart of ``apply`` for ids known to be missing (no O(N) LREMs).
-
-    One ZADD per key. Ready ids of FIFO queues go to the run's staging set
-    instead of the list, so ``release_staged`` can append them in enqueue order.
-    """
-    by_key: dict[str, dict[str, float]] = {}
-    staged: set[str] = set()
-    for intent in intents:
-        if intent.action == "enqueue" and intent.fifo:
-            key = reconcile_staging_key(intent.queue, staging_token)
-            staged.add(key)
-        elif intent.action == "enqueue":
-            key = priority_key(intent.queue)
-        elif intent.action == "schedule":
-            key = retry_key(intent.queue)
-        else:
-            raise ValueError(f"cannot restore action {intent.action!r}")
-        by_key.setdefault(key, {})[intent.job_id] = intent.score
-    pipe = client.pipeline(transaction=False)
-    for key, members in by_key.items():
-        pipe.zadd(key, members)
-    for key in staged:
-        pipe.expire(key, RECONCILE_KEY_TTL_SECONDS)
-    pipe.execute()
-
-
-# Moves the lowest-scored chunk of the staging set to the list's tail, atomically.
-_RELEASE_CHUNK = """
-local ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
-if #ids > 0 then
-  redis.call('RPUSH', KEYS[2], unpack(ids))
-  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #ids - 1)
-end
-return #ids
-"""
-
-
-def release_staged(client: redis.Redis, queue: str, staging_token: str, *, chunk: int = 1000) -> int:
-    """Append a run's staged FIFO ids to the queue's list in enqueue order; returns how many."""
-    staging = reconcile_staging_key(queue, staging_token)
-    released = 0
-    while True:
-        moved = client.eval(_RELEASE_CHUNK, 2, staging, fifo_key(queue), chunk)
-        released += moved
-        if moved < chunk:
-            return released
-
-
-def discard_reconcile_keys(client: redis.Redis, queue: str, token: str) -> None:
-    client.delete(reconcile_members_key(queue, token), reconcile_staging_key(queue, token))
+from queue_app.broker.client import get_client
+from queue_app.broker.keys import (
+    RECONCILE_KEY_TTL_SECONDS,
+    fifo_key,
+    priority_key,
+    ready_key,
+    reconcile_members_key,
+    reconcile_staging_key,
+    retry_key,
+)
+from queue_app.broker.ready import Intent, apply, depths, pop_ready, take_due, wait_ready
+from queue_app.broker.repair import (
+    Lookup,
+    contains,
+    discard_reconcile_keys,
+    prune_list,
+    prune_sorted_set,
+    release_staged,
+    restore,
+    scan_sorted_set,
+    snapshot_list,
+)
+from queue_app.broker.scores import (
+    EPOCH,
+    LATEST_EXACT_TIME,
+    TIER_SPAN,
+    due_score,
+    enqueue_order_score,
+    priority_score,
+    ready_score,
+)
+
+__all__ = [
+    "EPOCH",
+    "LATEST_EXACT_TIME",
+    "RECONCILE_KEY_TTL_SECONDS",
+    "TIER_SPAN",
+    "Intent",
+    "Lookup",
+    "apply",
+    "contains",
+    "depths",
+    "discard_reconcile_keys",
+    "due_score",
+    "enqueue_order_score",
+    "fifo_key",
+    "get_client",
+    "pop_ready",
+    "priority_key",
+    "priority_score",
+    "prune_list",
+    "prune_sorted_set",
+    "ready_key",
+    "ready_score",
+    "reconcile_members_key",
+    "reconcile_staging_key",
+    "release_staged",
+    "restore",
+    "retry_key",
+    "scan_sorted_set",
+    "snapshot_list",
+    "take_due",
+    "wait_ready",
+]

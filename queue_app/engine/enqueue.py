@@ -24,7 +24,7 @@ from queue_app.exceptions import (
 from queue_app.handlers import get_handler
 from queue_app.models import Job, JobLog, OutboxMessage
 from queue_app.payloads import check_json
-from queue_app.states import Priority
+from queue_app.states import INITIAL_EVENT, Priority
 
 log = structlog.get_logger("queue_app.services")
 
@@ -165,7 +165,7 @@ def enqueue_jobs(requests: Sequence[JobRequest], *, owner=None) -> list[Job]:
             JobLog.objects.bulk_create(
                 JobLog(
                     job_id=job.id,
-                    event="enqueued",
+                    event=INITIAL_EVENT,
                     message=f"enqueued on {job.queue} ({job.priority})",
                     extra={"run_at": job.next_retry_at.isoformat()} if job.next_retry_at else {},
                 )

@@ -8,19 +8,14 @@ from datetime import datetime
 
 from django.utils import timezone
 
+from queue_app.ids import parse_job_id
 from queue_app.models import Job
 from queue_app.states import Status
 
 
 def valid_ids(ids: Iterable[str]) -> list[uuid.UUID]:
     """The ids that parse as UUIDs (anything else cannot name a job)."""
-    valid = []
-    for value in ids:
-        try:
-            valid.append(uuid.UUID(str(value)))
-        except ValueError:
-            continue  # not a job id at all: nothing in PostgreSQL can match it
-    return valid
+    return [parsed for parsed in map(parse_job_id, ids) if parsed is not None]
 
 
 def statuses(ids: Iterable[str]) -> dict[str, str]:

@@ -16,10 +16,13 @@ from django.db import connection
 
 from chaoslib.clients import Submission
 from queue_app import broker
-from queue_app.states import INITIAL_EVENT, PRIORITY_TIER, TRANSITIONS, Status
-
-# Log events that record a decision, not a transition; allowed anywhere in a trail.
-NON_TRANSITION_EVENTS = frozenset({"completion_fenced", "failure_fenced", "reenqueued"})
+from queue_app.states import (
+    INITIAL_EVENT,
+    NON_TRANSITION_EVENTS,
+    PRIORITY_TIER,
+    TRANSITIONS,
+    Status,
+)
 
 
 @dataclass

@@ -9,6 +9,7 @@ from django.utils import timezone
 from queue_app import broker, services
 from queue_app.conf import queue_settings
 from queue_app.engine import execution
+from queue_app.engine.execution import Completion
 from queue_app.models import Job, OutboxMessage
 from tests.api.conftest import closed_port, post_json, run_in_child, submit
 
@@ -40,7 +41,7 @@ def test_stats_match_the_rows_and_redis(api, staff_api, two_queues):
     for job_id, outcome in ((running, None), (done, "complete"), (failed, "fail")):
         [claimed] = execution.claim_jobs([job_id], worker_id="w")
         if outcome == "complete":
-            execution.complete_job(job_id, claimed.attempt, None)
+            execution.complete_jobs([Completion(job_id, claimed.attempt, None)])
         elif outcome == "fail":
             execution.fail_job(job_id, claimed.attempt, "boom", retry=False)
     services.cancel_job(cancelled)
@@ -104,7 +105,7 @@ def test_stats_are_for_staff_only(api, client):
 @pytest.mark.django_db
 def test_stats_still_answer_when_redis_does_not(staff_api, settings, monkeypatch):
     settings.REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
-    monkeypatch.setattr(broker, "_client", None)  # the next get_client() uses the new URL
+    monkeypatch.setattr(broker.client, "_client", None)  # the next get_client() uses the new URL
 
     response = staff_api.get("/api/stats/")
 

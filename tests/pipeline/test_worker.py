@@ -10,7 +10,7 @@ from structlog.testing import capture_logs
 
 from queue_app import services
 from queue_app.engine import execution
-from queue_app.engine.execution import claim_jobs
+from queue_app.engine.execution import Completion, claim_jobs
 from queue_app.models import Job, JobLog
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
 from tests.helpers import relay_all, run_worker
@@ -119,7 +119,7 @@ def test_completion_after_cancel_is_fenced_and_result_not_written():
     relay_all()
     [claimed] = claim_jobs([str(job.id)], worker_id="w")
     services.cancel_job(job.id)
-    assert execution.complete_job(claimed.id, claimed.attempt, {"v": 1}) is False
+    assert execution.complete_jobs([Completion(claimed.id, claimed.attempt, {"v": 1})]) == set()
     job.refresh_from_db()
     assert job.status == "cancelled" and job.result is None
     assert events(job)[-1] == "completion_fenced"
