@@ -18,7 +18,7 @@ from queue_app.admin.pagination import count_rows
 from queue_app.models import Job, JobLog, OutboxMessage
 from tests.admin.conftest import make_job
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.redis]
 
 URL = "/admin/queue_app/job/dashboard/"
 

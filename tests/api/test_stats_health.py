@@ -12,6 +12,8 @@ from queue_app.engine import execution
 from queue_app.models import Job, OutboxMessage
 from tests.api.conftest import closed_port, post_json, run_in_child, submit
 
+pytestmark = pytest.mark.redis
+
 
 def _relay(rows) -> None:
     """Apply outbox rows to Redis and mark them dispatched, as the relay does."""

@@ -14,6 +14,8 @@ times = st.datetimes(min_value=START.replace(tzinfo=None), max_value=END.replace
     lambda moment: moment.replace(tzinfo=UTC)
 )
 
+pytestmark = pytest.mark.redis
+
 
 def original_score(tier: int, moment: datetime) -> float:
     """The original system's score: tier weight plus time/1e12."""

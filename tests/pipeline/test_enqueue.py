@@ -13,7 +13,7 @@ from queue_app.models import Job, JobLog, OutboxMessage
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
 from tests.helpers import relay_all
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.redis]
 
 
 def test_enqueue_writes_job_log_and_outbox_together():

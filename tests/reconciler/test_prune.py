@@ -9,7 +9,7 @@ from queue_app.engine import execution
 from queue_app.runtime.reconciler import Reconciler
 from tests.reconciler.support import enqueue, mark_relayed
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.redis]
 
 
 def completed_job():
