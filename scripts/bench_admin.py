@@ -173,6 +173,7 @@ def pages() -> list[tuple[str, str]]:
         ("log list, level=error", f"{reverse('admin:queue_app_joblog_changelist')}?level__exact=error"),
         ("outbox list, pending", f"{reverse('admin:queue_app_outboxmessage_changelist')}?state=pending"),
         ("dashboard", reverse("admin:queue_app_job_dashboard")),
+        ("api stats", reverse("stats")),
     ]
 
 

@@ -317,6 +317,14 @@ class StatsSerializer(serializers.Serializer):
         child=RedisDepthSerializer(), allow_null=True, help_text="By queue; null when Redis does not answer."
     )
     redis_error = serializers.CharField(allow_null=True)
+    estimated = serializers.ListField(
+        child=serializers.CharField(),
+        help_text=(
+            "Figures that are PostgreSQL's estimates, not counts (a status with more than 10,000 jobs, "
+            "e.g. jobs.by_status.completed, and its by_queue counts; oldest_queued_age_seconds when "
+            "many jobs are queued). Empty when every figure is exact."
+        ),
+    )
 
 
 class HealthSerializer(serializers.Serializer):
