@@ -9,12 +9,13 @@ The engine's internals (claims, completions, leases) live in
 """
 
 from queue_app.engine.actions import cancel_job, reenqueue_job, retry_job
-from queue_app.engine.enqueue import MAX_ATTEMPTS_LIMIT, JobRequest, enqueue_job, enqueue_jobs
+from queue_app.engine.enqueue import MAX_ATTEMPTS_LIMIT, JobRequest, enqueue_job, enqueue_jobs, validate_jobs
 from queue_app.exceptions import (
     IdempotencyConflict,
     IdempotencyKeyInUse,
     InvalidJob,
     JobNotFound,
+    JobsRejected,
     PayloadTooLarge,
     QueueError,
     TransitionNotAllowed,
@@ -29,6 +30,7 @@ __all__ = [
     "InvalidJob",
     "JobNotFound",
     "JobRequest",
+    "JobsRejected",
     "PayloadTooLarge",
     "QueueError",
     "TransitionNotAllowed",
@@ -40,4 +42,5 @@ __all__ = [
     "job_handler",
     "reenqueue_job",
     "retry_job",
+    "validate_jobs",
 ]
