@@ -16,12 +16,14 @@ from queue_app.engine.enqueue import (
     check_run_at,
     enqueue_job,
     enqueue_jobs,
+    validate_jobs,
 )
 from queue_app.exceptions import (
     IdempotencyConflict,
     IdempotencyKeyInUse,
     InvalidJob,
     JobNotFound,
+    JobsRejected,
     PayloadTooLarge,
     QueueError,
     TransitionNotAllowed,
@@ -37,6 +39,7 @@ __all__ = [
     "InvalidJob",
     "JobNotFound",
     "JobRequest",
+    "JobsRejected",
     "PayloadTooLarge",
     "QueueError",
     "TransitionNotAllowed",
@@ -49,4 +52,5 @@ __all__ = [
     "job_handler",
     "reenqueue_job",
     "retry_job",
+    "validate_jobs",
 ]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
 from django.db.models import QuerySet
 from django.urls import reverse
 from django_filters.rest_framework import DjangoFilterBackend
@@ -16,7 +15,6 @@ from drf_spectacular.utils import (
 )
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException
 from rest_framework.permissions import AllowAny, IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -24,7 +22,7 @@ from rest_framework.views import APIView
 
 from queue_app import services
 from queue_app.api import health, stats
-from queue_app.api.errors import clean, first_message
+from queue_app.api.errors import BulkRejected, clean, item_error, queue_item_error
 from queue_app.api.filters import JobFilter
 from queue_app.api.pagination import JobLogPagination, JobPagination
 from queue_app.api.parsers import StrictJSONParser
@@ -39,7 +37,7 @@ from queue_app.api.serializers import (
     JobSerializer,
     StatsSerializer,
 )
-from queue_app.exceptions import IdempotencyConflict, IdempotencyKeyInUse, QueueError
+from queue_app.exceptions import JobsRejected, QueueError
 from queue_app.models import Job
 from queue_app.services import JobRequest
 
@@ -70,32 +68,6 @@ IDEMPOTENCY_KEY_HEADER = OpenApiParameter(
     required=False,
     description="Alternative to the idempotency_key field.",
 )
-
-
-class BulkRejected(APIException):
-    """Some jobs of a bulk request are invalid: none was created."""
-
-    default_code = "jobs_rejected"
-
-    def __init__(self, items: list[dict[str, Any]], total: int) -> None:
-        self.items = items
-        self.status_code = max(item.pop("status") for item in items)
-        super().__init__(f"Rejected {len(items)} of {total} jobs; none was created.")
-
-
-def _item_error(index: int, status_code: int, code: str, errors: Any) -> dict[str, Any]:
-    return {
-        "index": index,
-        "status": status_code,
-        "code": code,
-        "detail": first_message(errors),
-        "errors": errors,
-    }
-
-
-def _queue_item_error(index: int, exc: QueueError) -> dict[str, Any]:
-    field = exc.field or "non_field_errors"
-    return _item_error(index, exc.status_code, exc.code, {field: [exc.message]})
 
 
 @extend_schema_view(
@@ -149,7 +121,10 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         serializer.is_valid(raise_exception=True)
         job_request = serializer.job_request()
         job_request.idempotency_key = self._idempotency_key(request, job_request.idempotency_key)
-        job = services.enqueue_jobs([job_request], owner=request.user)[0]
+        try:
+            job = services.enqueue_jobs([job_request], owner=request.user)[0]
+        except JobsRejected as rejected:
+            raise rejected.errors[0] from None  # one job: its own error, not a bulk rejection
         if not job.was_created:
             return self._respond_with_job(job)
         location = reverse("job-detail", args=[job.pk])
@@ -190,16 +165,18 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
                 {"idempotency_key": ["Give each job its own idempotency_key; the header is for single jobs."]}
             )
         items = self._bulk_items(request.data)
-        requests, failures = self._validate_items(items)
+        requests, positions, failures = self._read_items(items)
         if failures:
+            # Name every job at fault: the service's rules too, for the jobs whose shape was right.
+            try:
+                services.validate_jobs(requests)
+            except JobsRejected as rejected:
+                failures += [queue_item_error(error, positions[error.index]) for error in rejected.errors]
             raise BulkRejected(failures, len(items))
         try:
             jobs = services.enqueue_jobs(requests, owner=request.user)
-        except (IdempotencyConflict, IdempotencyKeyInUse) as exc:
-            failures = self._locate_key_errors(requests, request.user)
-            if not failures:  # the other job vanished meanwhile: report the error as it came
-                raise
-            raise BulkRejected(failures, len(items)) from exc
+        except JobsRejected as rejected:
+            raise BulkRejected([queue_item_error(error) for error in rejected.errors], len(items)) from None
         created = any(job.was_created for job in jobs)
         data = {"jobs": JobSerializer(jobs, many=True, context=self.get_serializer_context()).data}
         return Response(data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
@@ -218,51 +195,23 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         return items
 
     @staticmethod
-    def _validate_items(items: list[Any]) -> tuple[list[JobRequest], list[dict[str, Any]]]:
+    def _read_items(items: list[Any]) -> tuple[list[JobRequest], list[int], list[dict[str, Any]]]:
+        """(requests of the well-formed items, their positions in ``items``, the malformed ones)."""
         requests: list[JobRequest] = []
+        positions: list[int] = []
         failures: list[dict[str, Any]] = []
-        first_use: dict[str, int] = {}
         for index, item in enumerate(items):
             serializer = JobCreateSerializer(data=item)
             try:
                 if not serializer.is_valid():
-                    failures.append(_item_error(index, 400, "invalid", serializer.errors))
+                    failures.append(item_error(index, 400, "invalid", serializer.errors))
                     continue
             except QueueError as exc:
-                failures.append(_queue_item_error(index, exc))
+                failures.append(queue_item_error(exc, index))
                 continue
-            job_request = serializer.job_request()
-            key = job_request.idempotency_key
-            if key is not None and key in first_use:
-                message = f"Same key as job {first_use[key]} of this request."
-                failures.append(_item_error(index, 400, "invalid", {"idempotency_key": [message]}))
-                continue
-            if key is not None:
-                first_use[key] = index
-            requests.append(job_request)
-        return requests, failures
-
-    @staticmethod
-    def _locate_key_errors(requests: list[JobRequest], owner) -> list[dict[str, Any]]:
-        """Which jobs of a rejected bulk hit a used idempotency key (error path only).
-
-        Each job whose key already exists is submitted alone through the
-        service inside a savepoint that is always rolled back: the service's
-        own rules decide, and nothing is written.
-        """
-        keys = [r.idempotency_key for r in requests if r.idempotency_key]
-        taken = set(Job.objects.filter(idempotency_key__in=keys).values_list("idempotency_key", flat=True))
-        failures = []
-        for index, job_request in enumerate(requests):
-            if job_request.idempotency_key not in taken:
-                continue
-            try:
-                with transaction.atomic():
-                    services.enqueue_jobs([job_request], owner=owner)
-                    transaction.set_rollback(True)
-            except (IdempotencyConflict, IdempotencyKeyInUse) as exc:
-                failures.append(_queue_item_error(index, exc))
-        return failures
+            requests.append(serializer.job_request())
+            positions.append(index)
+        return requests, positions, failures
 
     @extend_schema(
         summary="A job's log trail",

@@ -24,7 +24,7 @@ from queue_app.broker.keys import (
     reconcile_staging_key,
     retry_key,
 )
-from queue_app.broker.ready import Intent, apply, depths, pop_ready, take_due, wait_ready
+from queue_app.broker.ready import Intent, apply, depths, pop_ready, ready_heads, take_due, wait_ready
 from queue_app.broker.repair import (
     Lookup,
     contains,
@@ -66,6 +66,7 @@ __all__ = [
     "priority_score",
     "prune_list",
     "prune_sorted_set",
+    "ready_heads",
     "ready_key",
     "ready_score",
     "reconcile_members_key",

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import redis
 
 from queue_app.broker.keys import fifo_key, priority_key, retry_key
+from queue_app.broker.scores import TIER_SPAN
 
 
 @dataclass(frozen=True)
@@ -110,3 +111,25 @@ def depths(client: redis.Redis, queues: Sequence[tuple[str, bool]]) -> dict[str,
         queue: {"priority": counts[i * 3], "fifo": counts[i * 3 + 1], "retry": counts[i * 3 + 2]}
         for i, (queue, _) in enumerate(queues)
     }
+
+
+def ready_heads(client: redis.Redis, queues: Sequence[tuple[str, bool]], tiers: Iterable[int]) -> list[str]:
+    """The id first in line in each tier of each priority set and at the head of each FIFO list.
+
+    Ids are in enqueue order within a tier and within a list, so the oldest
+    ready id of a queue is one of these: a look-up of a few ids instead of a
+    scan of every queued job.
+    """
+    tiers = list(tiers)
+    pipe = client.pipeline(transaction=False)
+    for queue, _ in queues:
+        for tier in tiers:
+            pipe.zrangebyscore(priority_key(queue), tier * TIER_SPAN, f"({(tier + 1) * TIER_SPAN}", 0, 1)
+        pipe.lindex(fifo_key(queue), 0)
+    heads: list[str] = []
+    for answer in pipe.execute():
+        if isinstance(answer, list):
+            heads.extend(answer)
+        elif answer is not None:
+            heads.append(answer)
+    return heads

@@ -20,6 +20,8 @@ from queue_app.exceptions import (
     IdempotencyConflict,
     IdempotencyKeyInUse,
     InvalidJob,
+    JobsRejected,
+    QueueError,
 )
 from queue_app.handlers import get_handler
 from queue_app.models import Job, JobLog, OutboxMessage
@@ -97,6 +99,33 @@ def _validated(request: JobRequest) -> JobRequest:
     return replace(request, max_attempts=max_attempts)
 
 
+def validate_jobs(requests: Sequence[JobRequest]) -> list[JobRequest]:
+    """The requests with their defaults resolved, or JobsRejected naming every job that breaks a rule.
+
+    Reads nothing from the database, so it costs nothing to call before a
+    write (``enqueue_jobs`` calls it first).
+    """
+    validated: list[JobRequest] = []
+    errors: list[QueueError] = []
+    first_use: dict[str, int] = {}
+    for index, request in enumerate(requests):
+        try:
+            validated.append(_validated(request))
+        except QueueError as exc:
+            exc.index = index
+            errors.append(exc)
+            continue
+        key = request.idempotency_key
+        if key is not None and key in first_use:
+            message = f"same key as job {first_use[key]} of this request"
+            errors.append(InvalidJob(message, field="idempotency_key", index=index))
+        elif key is not None:
+            first_use[key] = index
+    if errors:
+        raise JobsRejected(errors, total=len(requests))
+    return validated
+
+
 def _new_job(request: JobRequest, owner, now: datetime) -> Job:
     scheduled = request.run_at is not None and request.run_at > now
     return Job(
@@ -134,11 +163,11 @@ def enqueue_jobs(requests: Sequence[JobRequest], *, owner=None) -> list[Job]:
     Joins the caller's transaction when there is one: if it rolls back, no
     job, no outbox row, and nothing ever reaches Redis. Each returned job has
     ``was_created`` (False when an idempotency key matched an existing job).
+    Raises JobsRejected listing every job at fault (a broken rule, or a key
+    used with a different request or by another owner), with its index.
     """
-    validated = [_validated(request) for request in requests]
-    keys = [r.idempotency_key for r in validated if r.idempotency_key]
-    if len(keys) != len(set(keys)):
-        raise InvalidJob("the same key appears twice in one request", field="idempotency_key")
+    validated = validate_jobs(requests)
+    key_errors: list[QueueError] = []
     with transaction.atomic():
         now = timezone.now()
         jobs: list[Job] = []
@@ -153,11 +182,18 @@ def enqueue_jobs(requests: Sequence[JobRequest], *, owner=None) -> list[Job]:
                     with transaction.atomic():
                         job.save(force_insert=True)
                 except IntegrityError:
-                    jobs.append(_existing_for_key(request, owner))
+                    try:
+                        jobs.append(_existing_for_key(request, owner))
+                    except (IdempotencyConflict, IdempotencyKeyInUse) as exc:
+                        exc.index = index
+                        key_errors.append(exc)
                     continue
             job.was_created = True
             jobs.append(job)
             fresh.append(job)
+        if key_errors:
+            # Raised inside the block: the jobs saved so far roll back with it.
+            raise JobsRejected(key_errors, total=len(requests))
         unsaved = [job for job in fresh if not job.idempotency_key]
         if unsaved:
             Job.objects.bulk_create(unsaved)
@@ -193,7 +229,10 @@ def enqueue_job(
     owner=None,
     backend: str = "",
 ) -> Job:
-    """Create one job (see ``enqueue_jobs``); a repeated idempotency key returns the existing job."""
+    """Create one job (see ``enqueue_jobs``); a repeated idempotency key returns the existing job.
+
+    Raises the job's own error (InvalidJob, UnknownJobType, ...) rather than JobsRejected.
+    """
     request = JobRequest(
         type=type,
         payload={} if payload is None else payload,
@@ -204,4 +243,7 @@ def enqueue_job(
         idempotency_key=idempotency_key,
         backend=backend,
     )
-    return enqueue_jobs([request], owner=owner)[0]
+    try:
+        return enqueue_jobs([request], owner=owner)[0]
+    except JobsRejected as rejected:
+        raise rejected.errors[0] from None

@@ -15,7 +15,7 @@ from queue_app.handlers import registered_types
 from queue_app.models import Job
 from tests.admin.conftest import changelist, listed_ids, make_job
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.redis]
 
 
 def job_queries(captured) -> list[str]:

@@ -8,6 +8,8 @@ from queue_app.engine.execution import Completion
 from queue_app.models import Job, JobLog, OutboxMessage
 from tests.api.conftest import submit
 
+pytestmark = pytest.mark.redis
+
 
 def _run_to(job_id: str, outcome: str) -> None:
     """Move a queued job on as a worker would: claim it, then settle it."""

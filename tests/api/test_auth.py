@@ -43,6 +43,7 @@ def test_every_job_endpoint_needs_credentials(method, url):
 
 
 @pytest.mark.django_db
+@pytest.mark.redis  # health pings Redis
 def test_health_and_the_schema_need_none(client):
     assert client.get("/api/health/").status_code == 200
     assert client.get("/api/schema/").status_code == 200
@@ -93,6 +94,7 @@ def test_throttling_is_off_by_default(api):
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.redis  # throttle counters live in the Redis cache
 def test_throttling_follows_the_environment():
     token = Token.objects.create(user=make_user("eve"))
 

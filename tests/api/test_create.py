@@ -8,6 +8,8 @@ from django.utils import timezone
 from queue_app.models import Job, JobLog, OutboxMessage
 from tests.api.conftest import submit
 
+pytestmark = pytest.mark.redis
+
 JOB_FIELDS = {
     "id",
     "type",

@@ -13,6 +13,8 @@ from queue_app.engine import execution
 from queue_app.models import Job
 from tests.api.conftest import post_json, submit
 
+pytestmark = pytest.mark.redis
+
 
 def _ids(response) -> list[str]:
     return [job["id"] for job in response.json()["results"]]

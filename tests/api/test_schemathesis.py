@@ -20,6 +20,8 @@ from schemathesis.specs.openapi import checks as openapi_checks
 from queue_app import services
 from tests.api.conftest import make_user
 
+pytestmark = pytest.mark.redis
+
 CONFORMANCE_CHECKS = [
     CHECKS.get_one("not_a_server_error"),
     openapi_checks.status_code_conformance,

@@ -4,14 +4,18 @@ from datetime import timedelta
 from uuid import UUID
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from queue_app import broker, services
 from queue_app.conf import queue_settings
 from queue_app.engine import execution
+from queue_app.engine import stats as engine_stats
 from queue_app.engine.execution import Completion
 from queue_app.models import Job, OutboxMessage
 from tests.api.conftest import closed_port, post_json, run_in_child, submit
+
+pytestmark = pytest.mark.redis
 
 
 def _relay(rows) -> None:
@@ -87,6 +91,32 @@ def test_stats_of_an_empty_system(staff_api):
     assert stats["oldest_queued_age_seconds"] is None
     assert stats["outbox"] == {"pending": 0, "oldest_pending_age_seconds": None}
     assert stats["redis"] == {"default": {"priority": 0, "fifo": 0, "retry": 0}}
+
+
+@pytest.mark.django_db
+def test_large_counts_are_estimates_and_the_oldest_due_job_comes_from_redis(api, staff_api, monkeypatch):
+    """Above the exact-count limit the figures say they are estimates; the oldest due job is
+    then looked up among the ids first in line in Redis, so one missing from Redis is not seen."""
+    ids = [
+        submit(api, payload={"n": n}, priority=p).json()["id"] for n, p in enumerate(["low", "high", "low"])
+    ]
+    rows = list(OutboxMessage.objects.order_by("id"))
+    _relay([row for row in rows if str(row.job_id) != ids[0]])  # ids[0] never reaches Redis
+    Job.objects.filter(id=ids[0]).update(enqueued_at=timezone.now() - timedelta(seconds=600))
+    Job.objects.filter(id=ids[2]).update(enqueued_at=timezone.now() - timedelta(seconds=300))
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE jobs")
+
+    exact = staff_api.get("/api/stats/").json()
+    monkeypatch.setattr(engine_stats, "EXACT_COUNT_LIMIT", 2)
+    estimated = staff_api.get("/api/stats/").json()
+
+    assert exact["estimated"] == [] and exact["jobs"]["by_status"]["queued"] == 3
+    assert 600 <= exact["oldest_queued_age_seconds"] < 660
+    assert estimated["estimated"] == ["jobs.by_status.queued", "oldest_queued_age_seconds"]
+    assert estimated["jobs"]["by_status"]["queued"] == 3  # the planner's figure, fresh after ANALYZE
+    # The low tier's head in Redis is ids[2]: ids[0], missing from Redis, is not seen.
+    assert 300 <= estimated["oldest_queued_age_seconds"] < 360
 
 
 @pytest.mark.django_db

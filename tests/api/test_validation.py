@@ -10,6 +10,8 @@ import pytest
 
 from tests.api.conftest import post_json, rows_written, submit
 
+pytestmark = pytest.mark.redis
+
 DEEP = "[" * 5000 + "]" * 5000
 
 

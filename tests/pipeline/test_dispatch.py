@@ -20,6 +20,8 @@ ONE_SECOND = 10**6
 nearby = st.integers(-ONE_SECOND, ONE_SECOND)
 TIERS = [(a, b) for a in range(3) for b in range(3)]
 
+pytestmark = pytest.mark.redis
+
 
 def original_score(tier: int, moment: datetime) -> float:
     """The original system's score: tier weight plus time/1e12."""

@@ -8,12 +8,18 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from queue_app import broker
-from queue_app.exceptions import IdempotencyConflict, IdempotencyKeyInUse, InvalidJob, UnknownJobType
+from queue_app.exceptions import (
+    IdempotencyConflict,
+    IdempotencyKeyInUse,
+    InvalidJob,
+    JobsRejected,
+    UnknownJobType,
+)
 from queue_app.models import Job, JobLog, OutboxMessage
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
 from tests.helpers import relay_all
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.redis]
 
 
 def test_enqueue_writes_job_log_and_outbox_together():
@@ -135,8 +141,9 @@ def test_deeply_nested_payload_is_rejected_without_recursion_error():
 def test_bulk_is_all_or_nothing():
     good = JobRequest(type="demo.echo", payload={"i": 1})
     bad = JobRequest(type="demo.echo", priority="nope")
-    with pytest.raises(InvalidJob):
+    with pytest.raises(JobsRejected) as rejected:
         enqueue_jobs([good, bad])
+    assert [(e.index, e.code, e.field) for e in rejected.value.errors] == [(1, "invalid", "priority")]
     assert not Job.objects.exists()
     jobs = enqueue_jobs([good, JobRequest(type="demo.sleep", payload={"seconds": 0})])
     assert len(jobs) == 2 and Job.objects.count() == 2
@@ -165,3 +172,41 @@ def test_concurrent_requests_with_one_key_create_exactly_one_job():
     assert errors == []
     assert len(set(results)) == 1 and len(results) == 8
     assert Job.objects.count() == 1 and OutboxMessage.objects.count() == 1
+
+
+def test_a_rejection_names_every_job_at_fault_with_its_index_and_field(django_user_model):
+    """Rules first (nothing is written); then keys already used, found in the same call."""
+    bob = django_user_model.objects.create_user("bob")
+    enqueue_job("demo.echo", {"n": 1}, idempotency_key="mine")
+    enqueue_job("demo.echo", idempotency_key="bobs", owner=bob)
+    before = (Job.objects.count(), JobLog.objects.count(), OutboxMessage.objects.count())
+
+    with pytest.raises(JobsRejected) as broken:
+        enqueue_jobs(
+            [
+                JobRequest(type="os.system"),
+                JobRequest(type="demo.echo", idempotency_key="k"),
+                JobRequest(type="demo.echo", queue="nope"),
+                JobRequest(type="demo.echo", idempotency_key="k"),
+            ]
+        )
+    with pytest.raises(JobsRejected) as reused:
+        enqueue_jobs(
+            [
+                JobRequest(type="demo.echo", idempotency_key="fresh"),
+                JobRequest(type="demo.echo", payload={"n": 2}, idempotency_key="mine"),
+                JobRequest(type="demo.echo", idempotency_key="bobs"),
+            ]
+        )
+
+    assert [(e.index, e.code, e.field) for e in broken.value.errors] == [
+        (0, "unknown_type", "type"),
+        (2, "invalid", "queue"),
+        (3, "invalid", "idempotency_key"),
+    ]
+    assert [(e.index, e.code, e.field) for e in reused.value.errors] == [
+        (1, "idempotency_key_reused", "idempotency_key"),
+        (2, "idempotency_key_in_use", "idempotency_key"),
+    ]
+    # The job with a fresh key, saved before the others failed, rolled back with them.
+    assert (Job.objects.count(), JobLog.objects.count(), OutboxMessage.objects.count()) == before

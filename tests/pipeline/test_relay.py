@@ -15,7 +15,7 @@ from queue_app.runtime.relay import Relay
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
 from tests.helpers import kill_group, manage, wait_until
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
 
 def listening_backends() -> set[int]:

@@ -12,7 +12,7 @@ from queue_app.models import Job, OutboxMessage
 from tests.helpers import run_worker
 from tests.probe.jobs import add, whoami
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
 
 def test_enqueued_task_is_a_job_that_a_worker_runs():

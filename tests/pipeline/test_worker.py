@@ -17,7 +17,7 @@ from tests.helpers import relay_all, run_worker
 from tests.probe.jobs import RUN_ORDER
 from tests.probe.models import Effect, Execution
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
 
 def events(job) -> list[str]:

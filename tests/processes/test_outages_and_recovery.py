@@ -15,7 +15,7 @@ from queue_app.services import enqueue_job
 from tests.helpers import child_env, kill_group, manage, relay_all, wait_until
 from tests.reconciler.proxy import postgres_proxy, postgres_via, redis_proxy, redis_via
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.redis]
 
 
 class Events:

@@ -10,7 +10,7 @@ from queue_app.engine.execution import Completion
 from queue_app.runtime.reconciler import Reconciler
 from tests.reconciler.support import enqueue, mark_relayed
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.redis]
 
 
 def completed_job():
