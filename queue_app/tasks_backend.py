@@ -107,7 +107,10 @@ class JobQueueBackend(BaseTaskBackend):
                 )
             ]
         errors = []
-        served = queue_settings().QUEUES
+        try:
+            served = queue_settings().QUEUES
+        except SettingError:
+            return []  # queue_app.E001 names the bad JOBQUEUE key; nothing to compare against
         for name in sorted(self.queues - set(served)):
             errors.append(
                 checks.Error(

@@ -9,7 +9,7 @@ from django.db import connection
 from django.db.models.functions import Now
 
 from queue_app import broker
-from queue_app.engine.outbox import OUTBOX_CHANNEL
+from queue_app.engine import sql
 from queue_app.models import OutboxMessage
 from queue_app.runtime.relay import Relay
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
@@ -23,7 +23,7 @@ def listening_backends() -> set[int]:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query = %s",
-            [f"LISTEN {OUTBOX_CHANNEL}"],
+            [sql.query("listen_outbox")],
         )
         return {row[0] for row in cursor.fetchall()}
 

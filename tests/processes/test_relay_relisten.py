@@ -12,7 +12,7 @@ import pytest
 from django.db import connection
 
 from queue_app import broker
-from queue_app.engine.outbox import OUTBOX_CHANNEL
+from queue_app.engine import sql
 from queue_app.services import enqueue_job
 from tests.helpers import child_env, kill_group, manage, wait_until
 from tests.reconciler.proxy import postgres_proxy, postgres_via
@@ -25,7 +25,7 @@ def listening_backends() -> set[int]:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query = %s",
-            [f"LISTEN {OUTBOX_CHANNEL}"],
+            [sql.query("listen_outbox")],
         )
         return {row[0] for row in cursor.fetchall()}
 
