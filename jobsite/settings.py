@@ -51,6 +51,8 @@ ALLOWED_HOSTS = _env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]" if DEBUG 
 CSRF_TRUSTED_ORIGINS = _env_list("CSRF_TRUSTED_ORIGINS", "")
 
 INSTALLED_APPS = [
+    # Before the admin: its admin/index.html adds the dashboard link to the admin index.
+    "queue_app",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -62,7 +64,6 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
-    "queue_app",
 ]
 # Extra apps for tests and fault-injection runs (e.g. the probe app under tests/).
 INSTALLED_APPS += _env_list("JOBSITE_EXTRA_APPS", "")

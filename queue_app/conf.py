@@ -6,6 +6,7 @@ are coerced here. ``queue_settings()`` re-reads under ``override_settings``.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, fields
 from functools import cache
 from typing import Any
@@ -97,6 +98,14 @@ def build(raw: dict[str, Any]) -> QueueSettings:
     if result.HEARTBEAT_SECONDS >= result.LEASE_SECONDS:
         raise SettingError("JOBQUEUE['HEARTBEAT_SECONDS'] must be shorter than LEASE_SECONDS")
     return result
+
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def redis_url() -> str:
+    """``settings.REDIS_URL``, else the ``REDIS_URL`` environment variable, else a local Redis."""
+    return getattr(settings, "REDIS_URL", None) or os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
 
 
 @cache

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import redis
-from django.conf import settings
+
+from queue_app.conf import redis_url
 
 # Scores: tier * 2**50 + microseconds since EPOCH. 2**50 µs is ~35.7 years, and
 # the largest score (3 * 2**50 - 1) stays below 2**53, so every score is an
@@ -61,13 +62,13 @@ _client_pid: int | None = None
 
 
 def get_client() -> redis.Redis:
-    """A client per process (re-created after fork), from settings.REDIS_URL."""
+    """A client per process (re-created after fork), from settings.REDIS_URL (see conf.redis_url)."""
     import os
 
     global _client, _client_pid
     if _client is None or _client_pid != os.getpid():
         _client = redis.Redis.from_url(
-            settings.REDIS_URL,
+            redis_url(),
             decode_responses=True,
             socket_connect_timeout=5,
             socket_timeout=30,
