@@ -110,6 +110,11 @@ if _env_bool("DATABASE_POOL", True):
         "timeout": float(os.environ.get("DATABASE_POOL_TIMEOUT", "10")),
     }
 
+# Behind PgBouncer in transaction mode: no server-side cursors, no prepared statements.
+if _env_bool("DATABASE_PGBOUNCER", False):
+    DISABLE_SERVER_SIDE_CURSORS = True
+    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = None
+
 REDIS_URL = os.environ.get("REDIS_URL") or embedded.redis_url()
 CACHES = {
     "default": {
