@@ -51,6 +51,8 @@ ALLOWED_HOSTS = _env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]" if DEBUG 
 CSRF_TRUSTED_ORIGINS = _env_list("CSRF_TRUSTED_ORIGINS", "")
 
 INSTALLED_APPS = [
+    # Before the admin: its admin/index.html adds the dashboard link to the admin index.
+    "queue_app",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -62,7 +64,6 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
-    "queue_app",
 ]
 # Extra apps for tests and fault-injection runs (e.g. the probe app under tests/).
 INSTALLED_APPS += _env_list("JOBSITE_EXTRA_APPS", "")
@@ -108,6 +109,11 @@ if _env_bool("DATABASE_POOL", True):
         "max_size": int(os.environ.get("DATABASE_POOL_MAX_SIZE", "10")),
         "timeout": float(os.environ.get("DATABASE_POOL_TIMEOUT", "10")),
     }
+
+# Behind PgBouncer in transaction mode: no server-side cursors, no prepared statements.
+if _env_bool("DATABASE_PGBOUNCER", False):
+    DISABLE_SERVER_SIDE_CURSORS = True
+    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = None
 
 REDIS_URL = os.environ.get("REDIS_URL") or embedded.redis_url()
 CACHES = {

@@ -139,3 +139,28 @@ class OutboxMessage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} {self.job_id}"
+
+
+class ScheduleState(models.Model):
+    """What the schedulers share about one periodic schedule (declared in code or settings).
+
+    ``last_tick_at`` is the tick last handled (enqueued, or passed over while
+    paused); moving it forward with a conditional UPDATE is how exactly one
+    scheduler wins each tick.
+    """
+
+    name = models.CharField(max_length=100, primary_key=True)
+    paused = models.BooleanField(default=False)
+    last_tick_at = models.DateTimeField(null=True, blank=True)
+    next_tick_at = models.DateTimeField(null=True, blank=True)
+    last_job = models.ForeignKey(
+        Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "job_schedules"
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

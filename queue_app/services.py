@@ -30,6 +30,7 @@ from queue_app.exceptions import (
     UnknownJobType,
 )
 from queue_app.handlers import current_job, job_handler
+from queue_app.schedules import periodic
 
 __all__ = [
     "LATEST_RUN_AT",
@@ -50,6 +51,7 @@ __all__ = [
     "enqueue_job",
     "enqueue_jobs",
     "job_handler",
+    "periodic",
     "reenqueue_job",
     "retry_job",
     "validate_jobs",

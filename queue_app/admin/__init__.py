@@ -491,3 +491,6 @@ class OutboxMessageAdmin(HistoryAdmin):
         if message.dispatched_at is None:
             return "-"
         return human_duration(message.dispatched_at - message.created_at)
+
+
+from queue_app.admin import schedules as _schedules  # noqa: E402,F401  (registers the schedule list)

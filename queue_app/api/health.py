@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import redis
-from django.conf import settings
 from django.db import DatabaseError, connection
+
+from queue_app.conf import redis_url
 
 # A health probe must answer fast even when a store hangs.
 REDIS_TIMEOUT_SECONDS = 2.0
@@ -24,7 +25,7 @@ def check_postgresql() -> str:
 def check_redis() -> str:
     """'ok', or the error from a PING on a fresh connection (not the pooled client)."""
     client = redis.Redis.from_url(
-        settings.REDIS_URL,
+        redis_url(),
         socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
         socket_timeout=REDIS_TIMEOUT_SECONDS,
     )

@@ -7,6 +7,7 @@ from typing import Any
 from django.db.models import QuerySet
 from django.urls import reverse
 from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
@@ -14,15 +15,16 @@ from drf_spectacular.utils import (
     extend_schema_view,
 )
 from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.decorators import action
-from rest_framework.permissions import AllowAny, IsAdminUser
+from rest_framework.permissions import AllowAny, IsAdminUser, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from queue_app import services
 from queue_app.api import health, stats
-from queue_app.api.errors import BulkRejected, clean, item_error, queue_item_error
+from queue_app.api.errors import BulkRejected, clean, exception_handler, item_error, queue_item_error
 from queue_app.api.filters import JobFilter
 from queue_app.api.pagination import JobLogPagination, JobPagination
 from queue_app.api.parsers import StrictJSONParser
@@ -70,6 +72,18 @@ IDEMPOTENCY_KEY_HEADER = OpenApiParameter(
 )
 
 
+class QueueAPIDefaults:
+    """The API's own authentication, permissions, errors and schema, so a host project needs no
+    REST_FRAMEWORK setting for it (other REST_FRAMEWORK settings, e.g. throttles, still apply)."""
+
+    authentication_classes = [TokenAuthentication, SessionAuthentication]
+    permission_classes = [IsAuthenticated]
+    schema = AutoSchema()
+
+    def get_exception_handler(self):
+        return exception_handler
+
+
 @extend_schema_view(
     list=extend_schema(
         summary="List jobs",
@@ -78,7 +92,7 @@ IDEMPOTENCY_KEY_HEADER = OpenApiParameter(
     ),
     retrieve=extend_schema(summary="Get a job", responses={200: JobSerializer, **NOT_FOUND, **AUTH_ERRORS}),
 )
-class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class JobViewSet(QueueAPIDefaults, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     serializer_class = JobSerializer
     parser_classes = [StrictJSONParser]
     filter_backends = [DjangoFilterBackend]
@@ -262,7 +276,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         return self._respond_with_job(job)
 
 
-class StatsView(APIView):
+class StatsView(QueueAPIDefaults, APIView):
     """System-wide figures: they count every user's jobs, so only staff may read them."""
 
     permission_classes = [IsAdminUser]
@@ -279,7 +293,7 @@ class StatsView(APIView):
         return Response(StatsSerializer(stats.collect()).data)
 
 
-class HealthView(APIView):
+class HealthView(QueueAPIDefaults, APIView):
     """No authentication and no throttling: load balancers probe it."""
 
     authentication_classes: list = []

@@ -5,18 +5,19 @@ from __future__ import annotations
 import os
 
 import redis
-from django.conf import settings
+
+from queue_app.conf import redis_url
 
 _client: redis.Redis | None = None
 _client_pid: int | None = None
 
 
 def get_client() -> redis.Redis:
-    """A client per process (re-created after fork), from settings.REDIS_URL."""
+    """A client per process (re-created after fork), from settings.REDIS_URL (see conf.redis_url)."""
     global _client, _client_pid
     if _client is None or _client_pid != os.getpid():
         _client = redis.Redis.from_url(
-            settings.REDIS_URL,
+            redis_url(),
             decode_responses=True,
             socket_connect_timeout=5,
             socket_timeout=30,

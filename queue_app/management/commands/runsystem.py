@@ -1,4 +1,4 @@
-"""Run the whole system in one terminal: web, relay, worker and reconciler."""
+"""Run the whole system in one terminal: web, relay, worker, reconciler and scheduler."""
 
 import os
 import secrets
@@ -18,7 +18,7 @@ RESTART_DELAY_SECONDS = 2.0
 
 class Command(BaseCommand):
     help = (
-        "Start the web server, a relay, workers and the reconciler as child processes, "
+        "Start the web server, a relay, workers, the reconciler and the scheduler as child processes, "
         "restart any that dies, and stop them all on Ctrl-C / SIGTERM."
     )
 
@@ -44,6 +44,7 @@ class Command(BaseCommand):
             "relay": [*manage, "runrelay"],
             "worker": [*manage, "runworker", f"--concurrency={concurrency}", "--name=runsystem"],
             "reconciler": [*manage, "reconcile_queue", "--loop", f"--interval={reconcile_interval:g}"],
+            "scheduler": [*manage, "runscheduler"],
         }
         # Children reach the same stores, embedded or not, without starting their own.
         env = {
