@@ -33,7 +33,7 @@ from queue_app.services import cancel_job
 from tests.conformance import tasks as test_tasks
 from tests.helpers import child_env, kill_group, manage, wait_until
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.redis]
 
 WORKER = "conformance"
 BACKEND = "queue_app.tasks_backend.JobQueueBackend"

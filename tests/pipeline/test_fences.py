@@ -17,7 +17,7 @@ from queue_app.services import enqueue_job
 from tests.helpers import relay_all, wait_until
 
 # Transactional: lease expiry compares with now(), which is frozen inside one transaction.
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
 WORKER = "worker-a"
 

@@ -12,7 +12,7 @@ from queue_app.services import enqueue_job
 from tests.helpers import child_env, kill_group, manage, relay_all, run_worker, wait_until
 from tests.probe.models import Execution
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
 # PostgreSQL keeps microseconds: a delay of d seconds is stored to the nearest one.
 MICROSECOND = 1e-6

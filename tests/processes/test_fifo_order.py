@@ -9,7 +9,7 @@ from queue_app.services import enqueue_job
 from tests.helpers import child_env, manage, relay_all
 from tests.probe.models import Execution
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.redis]
 
 
 def test_a_fifo_queue_runs_jobs_in_enqueue_order_ignoring_priority(queue_config):

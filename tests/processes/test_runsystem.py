@@ -22,7 +22,7 @@ from tests.helpers import child_env, manage, wait_until
 from tests.probe.models import Execution
 from tests.reconciler.proxy import free_port
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.redis]
 
 ROLES = {"web": "runserver", "relay": "runrelay", "worker": "runworker", "reconciler": "reconcile_queue"}
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 from queue_app.models import Job, JobLog, OutboxMessage
 from queue_app.services import enqueue_job
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.redis]
 
 
 def finished(status: str, days_ago: float, **enqueue) -> Job:
