@@ -30,6 +30,17 @@ def _env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name} must be a boolean (1/0, true/false), not {value!r}.")
 
 
+def _env_int(name: str, default: int, minimum: int = 0) -> int:
+    value = os.environ.get(name, "")
+    try:
+        number = int(value) if value else default
+    except ValueError:
+        number = minimum - 1
+    if number < minimum:
+        raise ImproperlyConfigured(f"{name} must be an integer >= {minimum}, not {value!r}.")
+    return number
+
+
 def _env_list(name: str, default: str) -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
@@ -96,6 +107,16 @@ TEMPLATES = [
 
 WSGI_APPLICATION = "jobsite.wsgi.application"
 ASGI_APPLICATION = "jobsite.asgi.application"
+
+# The web server (gunicorn, configured in jobsite/gunicorn_conf.py): processes,
+# threads per process (each keeps its client connections alive), how long a
+# request may run before its process is replaced, how long an idle keep-alive
+# connection stays open, and how long a stopping process may finish requests.
+WEB_WORKERS = _env_int("WEB_WORKERS", 2, minimum=1)
+WEB_THREADS = _env_int("WEB_THREADS", 4, minimum=1)
+WEB_TIMEOUT = _env_int("WEB_TIMEOUT", 30, minimum=1)
+WEB_KEEPALIVE = _env_int("WEB_KEEPALIVE", 5, minimum=0)
+WEB_GRACEFUL_TIMEOUT = _env_int("WEB_GRACEFUL_TIMEOUT", 30, minimum=0)
 
 DATABASE_URL = os.environ.get("DATABASE_URL") or embedded.postgres_url()
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
