@@ -209,6 +209,10 @@ JOBQUEUE = {
     key.removeprefix("JOBQUEUE_"): value for key, value in os.environ.items() if key.startswith("JOBQUEUE_")
 }
 
+# demo.echo / demo.sleep / demo.fail (queue_app/demo.py): for trying the system, not for
+# production, where any API user could submit them.
+DEMO_JOB_TYPES = _env_bool("DEMO_JOB_TYPES", DEBUG)
+
 # Fault injection for tests and the chaos run only (queue_app/failpoints.py).
 FAILPOINTS = os.environ.get("JOBSITE_FAILPOINTS", "")
 
