@@ -186,6 +186,10 @@ REST_FRAMEWORK = {
         "user": os.environ.get("API_THROTTLE_USER") or None,
         "anon": os.environ.get("API_THROTTLE_ANON") or None,
     },
+    # How many proxies in front of the app append to X-Forwarded-For: the client is the
+    # address that many entries from the right. 0 (the default) ignores the header, which
+    # a client can write anything into, and identifies clients by the socket's address.
+    "NUM_PROXIES": _env_int("NUM_PROXIES", 0),
     # One JSON error shape for every error, QueueError subclasses included.
     "EXCEPTION_HANDLER": "queue_app.api.errors.exception_handler",
 }
