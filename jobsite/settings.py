@@ -7,6 +7,7 @@ can be set here as ``JOBQUEUE_<KEY>``.
 """
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -145,6 +146,17 @@ CACHES = {
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Django's ModelBackend, refusing every login of a client with too many recent
+# failures (queue_app/api/auth_failures.py).
+AUTHENTICATION_BACKENDS = ["queue_app.api.auth_failures.LimitedModelBackend"]
+# Failed logins and failed token checks allowed per client address, in DRF's rate form
+# (count/period); empty turns the limit off.
+AUTH_FAILURE_RATE = os.environ.get("AUTH_FAILURE_RATE", "20/hour")
+if AUTH_FAILURE_RATE and not re.fullmatch(r"[0-9]+/(s|m|h|d)[a-z]*", AUTH_FAILURE_RATE):
+    raise ImproperlyConfigured(
+        f"AUTH_FAILURE_RATE must look like 20/hour (count/second|minute|hour|day), not {AUTH_FAILURE_RATE!r}."
+    )
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -172,7 +184,7 @@ if _env_bool("SECURE_PROXY_SSL_HEADER", False):
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "queue_app.api.auth_failures.LimitedTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
