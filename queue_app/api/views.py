@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth.models import AnonymousUser
 from django.db import transaction
 from django.db.models import QuerySet
 from django.urls import reverse
@@ -331,17 +332,34 @@ class StatsView(APIView):
 
 
 class HealthView(APIView):
-    """No authentication and no throttling: load balancers probe it."""
+    """No authentication needed and no throttling: load balancers probe it.
 
-    authentication_classes: list = []
+    The errors name hosts and ports, so only staff see them; anyone else
+    learns which store is down.
+    """
+
     permission_classes = [AllowAny]
     throttle_classes: list = []
+
+    def perform_authentication(self, request: Request) -> None:
+        # Credentials only decide how much is shown; bad ones never turn a probe away.
+        try:
+            request.user  # noqa: B018 - authenticates
+        except APIException:
+            request.user = AnonymousUser()
+
+    @staticmethod
+    def _shows_details(request: Request) -> bool:
+        return bool(request.user and request.user.is_staff)
 
     @extend_schema(
         summary="Health of PostgreSQL and Redis",
         responses={
             200: OpenApiResponse(HealthSerializer, description="Both stores answer."),
-            503: OpenApiResponse(HealthSerializer, description="A store does not answer; `detail` names it."),
+            503: OpenApiResponse(
+                HealthSerializer,
+                description="A store does not answer; `detail` names it (the errors: staff only).",
+            ),
         },
     )
     def get(self, request: Request) -> Response:
@@ -349,5 +367,7 @@ class HealthView(APIView):
         failing = [store for store, result in checks.items() if result != "ok"]
         if not failing:
             return Response({"status": "ok", "checks": checks})
+        if not self._shows_details(request):
+            checks = {store: "ok" if result == "ok" else "unavailable" for store, result in checks.items()}
         body = {"status": "unavailable", "detail": f"{' and '.join(failing)} not answering", "checks": checks}
         return Response(clean(body), status=status.HTTP_503_SERVICE_UNAVAILABLE)
