@@ -17,8 +17,8 @@ from drf_spectacular.utils import (
 )
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException
-from rest_framework.permissions import AllowAny, IsAdminUser
+from rest_framework.exceptions import APIException, PermissionDenied
+from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -29,6 +29,7 @@ from queue_app.api.errors import clean, first_message
 from queue_app.api.filters import JobFilter
 from queue_app.api.pagination import JobLogPagination, JobPagination
 from queue_app.api.parsers import StrictJSONParser
+from queue_app.api.permissions import CanViewAllJobs, may_change_job, may_view_all_jobs
 from queue_app.api.serializers import (
     MAX_BULK_JOBS,
     BulkCreateSerializer,
@@ -120,7 +121,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         jobs = Job.objects.all()
         if getattr(self, "swagger_fake_view", False):  # schema generation: no user
             return jobs.none()
-        if not self.request.user.is_staff:
+        if not may_view_all_jobs(self.request.user):
             # Another user's job is a 404, so ids do not leak.
             jobs = jobs.filter(owner=self.request.user)
         return jobs
@@ -128,6 +129,13 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     def filter_queryset(self, queryset: QuerySet) -> QuerySet:
         # Filters are for the list; a detail route ignores the query string.
         return super().filter_queryset(queryset) if self.action == "list" else queryset
+
+    def _job_to_change(self) -> Job:
+        """The job of this URL, when the user may change it (403 when they may only see it)."""
+        job = self.get_object()
+        if not may_change_job(self.request.user, job):
+            raise PermissionDenied("You may see this job but not change it (needs queue_app.change_job).")
+        return job
 
     def _respond_with_job(self, job: Job, status_code: int = status.HTTP_200_OK, **kwargs: Any) -> Response:
         return Response(
@@ -294,7 +302,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     )
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
-        job = services.cancel_job(self.get_object().pk, reason=f"cancelled by {request.user.get_username()}")
+        job_id = self._job_to_change().pk
+        job = services.cancel_job(job_id, reason=f"cancelled by {request.user.get_username()}")
         return self._respond_with_job(job)
 
     @extend_schema(
@@ -310,17 +319,17 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     )
     @action(detail=True, methods=["post"])
     def retry(self, request: Request, pk: str | None = None) -> Response:
-        job = services.retry_job(self.get_object().pk, reason=f"retried by {request.user.get_username()}")
+        job = services.retry_job(self._job_to_change().pk, reason=f"retried by {request.user.get_username()}")
         return self._respond_with_job(job)
 
 
 class StatsView(APIView):
-    """System-wide figures: they count every user's jobs, so only staff may read them."""
+    """System-wide figures: they count every user's jobs, so they need queue_app.view_job."""
 
-    permission_classes = [IsAdminUser]
+    permission_classes = [CanViewAllJobs]
 
     @extend_schema(
-        summary="Queue statistics (staff)",
+        summary="Queue statistics (needs queue_app.view_job)",
         description=(
             "Job counts by status and queue (PostgreSQL), ids in each Redis structure, the "
             "outbox rows not yet relayed, and how long the oldest due job has waited."
