@@ -3,7 +3,7 @@ FROM python:3.12-slim
 ENV PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /app
 COPY requirements.txt .
-RUN pip install --no-cache-dir -r requirements.txt gunicorn==27.0.1
+RUN pip install --no-cache-dir -r requirements.txt
 COPY . .
 RUN DEBUG=1 DATABASE_URL=postgres://unused/unused REDIS_URL=redis://unused:6379/0 \
     python manage.py collectstatic --no-input

@@ -7,6 +7,7 @@ can be set here as ``JOBQUEUE_<KEY>``.
 """
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -28,6 +29,17 @@ def _env_bool(name: str, default: bool) -> bool:
     if value.lower() in {"0", "false", "no", "off"}:
         return False
     raise ImproperlyConfigured(f"{name} must be a boolean (1/0, true/false), not {value!r}.")
+
+
+def _env_int(name: str, default: int, minimum: int = 0) -> int:
+    value = os.environ.get(name, "")
+    try:
+        number = int(value) if value else default
+    except ValueError:
+        number = minimum - 1
+    if number < minimum:
+        raise ImproperlyConfigured(f"{name} must be an integer >= {minimum}, not {value!r}.")
+    return number
 
 
 def _env_list(name: str, default: str) -> list[str]:
@@ -98,6 +110,16 @@ TEMPLATES = [
 WSGI_APPLICATION = "jobsite.wsgi.application"
 ASGI_APPLICATION = "jobsite.asgi.application"
 
+# The web server (gunicorn, configured in jobsite/gunicorn_conf.py): processes,
+# threads per process (each keeps its client connections alive), how long a
+# request may run before its process is replaced, how long an idle keep-alive
+# connection stays open, and how long a stopping process may finish requests.
+WEB_WORKERS = _env_int("WEB_WORKERS", 2, minimum=1)
+WEB_THREADS = _env_int("WEB_THREADS", 4, minimum=1)
+WEB_TIMEOUT = _env_int("WEB_TIMEOUT", 30, minimum=1)
+WEB_KEEPALIVE = _env_int("WEB_KEEPALIVE", 5, minimum=0)
+WEB_GRACEFUL_TIMEOUT = _env_int("WEB_GRACEFUL_TIMEOUT", 30, minimum=0)
+
 DATABASE_URL = os.environ.get("DATABASE_URL") or embedded.postgres_url()
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
 # A socket directory given as ?host=... belongs in HOST, where every tool looks.
@@ -130,6 +152,17 @@ CACHES = {
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Django's ModelBackend, refusing every login of a client with too many recent
+# failures (queue_app/api/auth_failures.py).
+AUTHENTICATION_BACKENDS = ["queue_app.api.auth_failures.LimitedModelBackend"]
+# Failed logins and failed token checks allowed per client address, in DRF's rate form
+# (count/period); empty turns the limit off.
+AUTH_FAILURE_RATE = os.environ.get("AUTH_FAILURE_RATE", "20/hour")
+if AUTH_FAILURE_RATE and not re.fullmatch(r"[0-9]+/(s|m|h|d)[a-z]*", AUTH_FAILURE_RATE):
+    raise ImproperlyConfigured(
+        f"AUTH_FAILURE_RATE must look like 20/hour (count/second|minute|hour|day), not {AUTH_FAILURE_RATE!r}."
+    )
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -157,7 +190,7 @@ if _env_bool("SECURE_PROXY_SSL_HEADER", False):
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "queue_app.api.auth_failures.LimitedTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -171,6 +204,10 @@ REST_FRAMEWORK = {
         "user": os.environ.get("API_THROTTLE_USER") or None,
         "anon": os.environ.get("API_THROTTLE_ANON") or None,
     },
+    # How many proxies in front of the app append to X-Forwarded-For: the client is the
+    # address that many entries from the right. 0 (the default) ignores the header, which
+    # a client can write anything into, and identifies clients by the socket's address.
+    "NUM_PROXIES": _env_int("NUM_PROXIES", 0),
     # One JSON error shape for every error, QueueError subclasses included.
     "EXCEPTION_HANDLER": "queue_app.api.errors.exception_handler",
 }
@@ -193,6 +230,10 @@ TASKS = {"default": {"BACKEND": "queue_app.tasks_backend.JobQueueBackend"}}
 JOBQUEUE = {
     key.removeprefix("JOBQUEUE_"): value for key, value in os.environ.items() if key.startswith("JOBQUEUE_")
 }
+
+# demo.echo / demo.sleep / demo.fail (queue_app/demo.py): for trying the system, not for
+# production, where any API user could submit them.
+DEMO_JOB_TYPES = _env_bool("DEMO_JOB_TYPES", DEBUG)
 
 # Fault injection for tests and the chaos run only: JOBSITE_FAILPOINTS arms named
 # points (queue_app/runtime/failpoints.py). Unset, no handler is installed and the

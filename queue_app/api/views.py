@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth.models import AnonymousUser
 from django.db.models import QuerySet
 from django.urls import reverse
 from django_filters.rest_framework import DjangoFilterBackend
@@ -15,19 +16,22 @@ from drf_spectacular.utils import (
     extend_schema_view,
 )
 from rest_framework import mixins, serializers, status, viewsets
-from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.decorators import action
-from rest_framework.permissions import AllowAny, IsAdminUser, IsAuthenticated
+from rest_framework.exceptions import APIException, PermissionDenied
+from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from queue_app import services
 from queue_app.api import health, stats
+from queue_app.api.auth_failures import LimitedTokenAuthentication
 from queue_app.api.errors import BulkRejected, clean, exception_handler, item_error, queue_item_error
 from queue_app.api.filters import JobFilter
 from queue_app.api.pagination import JobLogPagination, JobPagination
 from queue_app.api.parsers import StrictJSONParser
+from queue_app.api.permissions import CanViewAllJobs, may_change_job, may_view_all_jobs
 from queue_app.api.serializers import (
     MAX_BULK_JOBS,
     BulkCreateSerializer,
@@ -76,7 +80,7 @@ class QueueAPIDefaults:
     """The API's own authentication, permissions, errors and schema, so a host project needs no
     REST_FRAMEWORK setting for it (other REST_FRAMEWORK settings, e.g. throttles, still apply)."""
 
-    authentication_classes = [TokenAuthentication, SessionAuthentication]
+    authentication_classes = [LimitedTokenAuthentication, SessionAuthentication]
     permission_classes = [IsAuthenticated]
     schema = AutoSchema()
 
@@ -105,7 +109,7 @@ class JobViewSet(QueueAPIDefaults, mixins.ListModelMixin, mixins.RetrieveModelMi
         jobs = Job.objects.all()
         if getattr(self, "swagger_fake_view", False):  # schema generation: no user
             return jobs.none()
-        if not self.request.user.is_staff:
+        if not may_view_all_jobs(self.request.user):
             # Another user's job is a 404, so ids do not leak.
             jobs = jobs.filter(owner=self.request.user)
         return jobs
@@ -113,6 +117,13 @@ class JobViewSet(QueueAPIDefaults, mixins.ListModelMixin, mixins.RetrieveModelMi
     def filter_queryset(self, queryset: QuerySet) -> QuerySet:
         # Filters are for the list; a detail route ignores the query string.
         return super().filter_queryset(queryset) if self.action == "list" else queryset
+
+    def _job_to_change(self) -> Job:
+        """The job of this URL, when the user may change it (403 when they may only see it)."""
+        job = self.get_object()
+        if not may_change_job(self.request.user, job):
+            raise PermissionDenied("You may see this job but not change it (needs queue_app.change_job).")
+        return job
 
     def _respond_with_job(self, job: Job, status_code: int = status.HTTP_200_OK, **kwargs: Any) -> Response:
         return Response(
@@ -256,7 +267,8 @@ class JobViewSet(QueueAPIDefaults, mixins.ListModelMixin, mixins.RetrieveModelMi
     )
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
-        job = services.cancel_job(self.get_object().pk, reason=f"cancelled by {request.user.get_username()}")
+        job_id = self._job_to_change().pk
+        job = services.cancel_job(job_id, reason=f"cancelled by {request.user.get_username()}")
         return self._respond_with_job(job)
 
     @extend_schema(
@@ -272,17 +284,17 @@ class JobViewSet(QueueAPIDefaults, mixins.ListModelMixin, mixins.RetrieveModelMi
     )
     @action(detail=True, methods=["post"])
     def retry(self, request: Request, pk: str | None = None) -> Response:
-        job = services.retry_job(self.get_object().pk, reason=f"retried by {request.user.get_username()}")
+        job = services.retry_job(self._job_to_change().pk, reason=f"retried by {request.user.get_username()}")
         return self._respond_with_job(job)
 
 
 class StatsView(QueueAPIDefaults, APIView):
-    """System-wide figures: they count every user's jobs, so only staff may read them."""
+    """System-wide figures: they count every user's jobs, so they need queue_app.view_job."""
 
-    permission_classes = [IsAdminUser]
+    permission_classes = [CanViewAllJobs]
 
     @extend_schema(
-        summary="Queue statistics (staff)",
+        summary="Queue statistics (needs queue_app.view_job)",
         description=(
             "Job counts by status and queue (PostgreSQL), ids in each Redis structure, the "
             "outbox rows not yet relayed, and how long the oldest due job has waited."
@@ -294,17 +306,34 @@ class StatsView(QueueAPIDefaults, APIView):
 
 
 class HealthView(QueueAPIDefaults, APIView):
-    """No authentication and no throttling: load balancers probe it."""
+    """No authentication needed and no throttling: load balancers probe it.
 
-    authentication_classes: list = []
+    The errors name hosts and ports, so only staff see them; anyone else
+    learns which store is down.
+    """
+
     permission_classes = [AllowAny]
     throttle_classes: list = []
+
+    def perform_authentication(self, request: Request) -> None:
+        # Credentials only decide how much is shown; bad ones never turn a probe away.
+        try:
+            request.user  # noqa: B018 - authenticates
+        except APIException:
+            request.user = AnonymousUser()
+
+    @staticmethod
+    def _shows_details(request: Request) -> bool:
+        return bool(request.user and request.user.is_staff)
 
     @extend_schema(
         summary="Health of PostgreSQL and Redis",
         responses={
             200: OpenApiResponse(HealthSerializer, description="Both stores answer."),
-            503: OpenApiResponse(HealthSerializer, description="A store does not answer; `detail` names it."),
+            503: OpenApiResponse(
+                HealthSerializer,
+                description="A store does not answer; `detail` names it (the errors: staff only).",
+            ),
         },
     )
     def get(self, request: Request) -> Response:
@@ -312,5 +341,7 @@ class HealthView(QueueAPIDefaults, APIView):
         failing = [store for store, result in checks.items() if result != "ok"]
         if not failing:
             return Response({"status": "ok", "checks": checks})
+        if not self._shows_details(request):
+            checks = {store: "ok" if result == "ok" else "unavailable" for store, result in checks.items()}
         body = {"status": "unavailable", "detail": f"{' and '.join(failing)} not answering", "checks": checks}
         return Response(clean(body), status=status.HTTP_503_SERVICE_UNAVAILABLE)

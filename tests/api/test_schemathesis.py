@@ -9,6 +9,7 @@ import zlib
 
 import pytest
 import schemathesis
+from django.contrib.auth.models import Permission
 from django.core import signals
 from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
@@ -48,8 +49,10 @@ def keep_the_test_connection():
 
 @pytest.fixture
 def fuzzer(db):
-    """A staff user, so that /api/stats/ is reached too."""
-    return make_user("fuzzer", staff=True)
+    """A staff user who may view every job, so that /api/stats/ is reached too."""
+    user = make_user("fuzzer", staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_job"))
+    return user
 
 
 @pytest.fixture

@@ -154,16 +154,28 @@ def test_health_is_200_without_authentication(client):
 
 
 @pytest.mark.django_db
-def test_health_is_503_naming_redis_when_it_does_not_answer(client, settings):
+def test_health_is_503_naming_redis_when_it_does_not_answer(client, staff_api, settings):
+    port = closed_port()
+    settings.REDIS_URL = f"redis://127.0.0.1:{port}/0"
+
+    anonymous = client.get("/api/health/")
+    staff = staff_api.get("/api/health/")
+
+    assert anonymous.status_code == staff.status_code == 503
+    body = anonymous.json()
+    assert body["status"] == "unavailable" and body["detail"] == "redis not answering"
+    # Anonymous callers learn which store is down, not its address or the error.
+    assert body["checks"] == {"postgresql": "ok", "redis": "unavailable"}
+    assert str(port) not in anonymous.content.decode()
+    detail = staff.json()["checks"]["redis"]
+    assert "Connection refused" in detail or "Error" in detail
+
+
+@pytest.mark.django_db
+def test_health_shows_no_details_to_a_user_who_is_not_staff(api, settings):
     settings.REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
 
-    response = client.get("/api/health/")
-
-    assert response.status_code == 503
-    body = response.json()
-    assert body["status"] == "unavailable" and body["detail"] == "redis not answering"
-    assert body["checks"]["postgresql"] == "ok"
-    assert "Connection refused" in body["checks"]["redis"] or "Error" in body["checks"]["redis"]
+    assert api.get("/api/health/").json()["checks"]["redis"] == "unavailable"
 
 
 def test_health_is_503_naming_postgresql_when_it_does_not_answer():
@@ -178,8 +190,24 @@ def test_health_is_503_naming_postgresql_when_it_does_not_answer():
 
     assert result["status"] == 503
     assert result["body"]["detail"] == "postgresql not answering"
-    assert result["body"]["checks"]["redis"] == "ok"
-    assert result["body"]["checks"]["postgresql"] != "ok"
+    assert result["body"]["checks"] == {"postgresql": "unavailable", "redis": "ok"}
+
+
+def test_health_answers_before_the_pool_gives_up_on_a_down_postgresql():
+    # The pool would wait its whole timeout (30 s here) for a connection; the probe does not.
+    result = run_in_child(
+        """
+        import time
+        started = time.monotonic()
+        response = client.get("/api/health/")
+        print(json.dumps({"status": response.status_code, "seconds": time.monotonic() - started}))
+        """,
+        DATABASE_URL=f"postgres://postgres@127.0.0.1:{closed_port()}/jobs",
+        DATABASE_POOL_TIMEOUT="30",
+    )
+
+    assert result["status"] == 503
+    assert result["seconds"] < 15
 
 
 def test_a_request_during_a_postgres_outage_is_a_503_with_retry_after():

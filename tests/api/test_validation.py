@@ -27,7 +27,7 @@ CASES = {
     "type missing": ({"payload": {}}, 400, "type"),
     "type unregistered": ({"type": "no.such.type"}, 400, "type"),
     "type a dotted import path": ({"type": "os.system"}, 400, "type"),
-    "type a path to a real function": ({"type": "queue_app.jobs.echo"}, 400, "type"),
+    "type a path to a real function": ({"type": "queue_app.demo.echo"}, 400, "type"),
     "type not a string": ({"type": 123}, 400, "type"),
     "type empty": ({"type": ""}, 400, "type"),
     "type with NUL": ({"type": "demo.echo\u0000"}, 400, "type"),

@@ -18,7 +18,7 @@ RESTART_DELAY_SECONDS = 2.0
 
 class Command(BaseCommand):
     help = (
-        "Start the web server, a relay, workers, the reconciler and the scheduler as child processes, "
+        "Start the web server (gunicorn), a relay, workers, the reconciler and the scheduler as child processes, "
         "restart any that dies, and stop them all on Ctrl-C / SIGTERM."
     )
 
@@ -40,7 +40,7 @@ class Command(BaseCommand):
             raise CommandError("--reconcile-interval must be greater than 0")
         manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
         commands = {
-            "web": [*manage, "runserver", "--noreload", bind],
+            "web": [*manage, "runweb", f"--bind={bind}"],
             "relay": [*manage, "runrelay"],
             "worker": [*manage, "runworker", f"--concurrency={concurrency}", "--name=runsystem"],
             "reconciler": [*manage, "reconcile_queue", "--loop", f"--interval={reconcile_interval:g}"],
@@ -54,10 +54,6 @@ class Command(BaseCommand):
         }
         if settings.DEBUG and not no_admin_user:
             self._print_login(bind)
-        elif not settings.DEBUG:
-            self.stdout.write(
-                "DEBUG is off: runserver is for development; serve jobsite.wsgi with a WSGI server."
-            )
 
         children: dict[str, subprocess.Popen] = {}
         stopping = False
