@@ -18,7 +18,7 @@ RESTART_DELAY_SECONDS = 2.0
 
 class Command(BaseCommand):
     help = (
-        "Start the web server (gunicorn), a relay, workers, the reconciler and the scheduler as child processes, "
+        "Start the web server (gunicorn), a relay, workers, the reconciler and the scheduler as children, "
         "restart any that dies, and stop them all on Ctrl-C / SIGTERM."
     )
 
