@@ -2,5 +2,5 @@
 
 from django.conf import settings
 
-if getattr(settings, "DEMO_JOB_TYPES", False):
+if getattr(settings, "DEMO_JOB_TYPES", settings.DEBUG):
     from queue_app import demo  # noqa: F401 - registers demo.echo, demo.sleep, demo.fail

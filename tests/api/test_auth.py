@@ -13,6 +13,9 @@ from rest_framework.test import APIClient
 from tests.api.conftest import make_user, post_json, run_in_child, submit
 from tests.helpers import database_url
 
+# Failed authentications and throttles count in the Redis cache.
+pytestmark = pytest.mark.redis
+
 JOB = "/api/jobs/00000000-0000-0000-0000-000000000000"
 PROTECTED = [
     ("get", "/api/jobs/"),

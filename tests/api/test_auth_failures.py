@@ -8,6 +8,9 @@ from rest_framework.authtoken.models import Token
 from tests.api.conftest import make_user, run_in_child
 from tests.helpers import database_url
 
+# Failed authentications and throttles count in the Redis cache.
+pytestmark = pytest.mark.redis
+
 DEFAULT_FAILURES_ALLOWED = 20  # AUTH_FAILURE_RATE's default, 20/hour
 
 

@@ -24,7 +24,13 @@ from tests.reconciler.proxy import free_port
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.redis]
 
-ROLES = {"web": "runserver", "relay": "runrelay", "worker": "runworker", "reconciler": "reconcile_queue"}
+ROLES = {
+    "web": "runweb",
+    "relay": "runrelay",
+    "worker": "runworker",
+    "reconciler": "reconcile_queue",
+    "scheduler": "runscheduler",
+}
 
 
 class System:
@@ -131,7 +137,7 @@ def process_group_gone(pgid: int) -> bool:
 
 def test_a_child_that_dies_is_restarted_and_sigterm_stops_them_all(systems):
     system = systems("--no-admin-user")
-    first = wait_until(system.all_running, timeout=60, message="all four children")
+    first = wait_until(system.all_running, timeout=60, message="every child")
     wait_until(system.healthy, timeout=60, message="the web server")
     completes(enqueue_job("probe.run"))
 
@@ -197,7 +203,7 @@ def test_no_admin_user_creates_and_prints_no_login(systems, tmp_path):
 
 def test_reconcile_interval_sets_how_often_the_reconciler_repairs_redis(systems):
     system = systems("--no-admin-user", "--reconcile-interval=0.5")
-    wait_until(system.all_running, timeout=60, message="all four children")
+    wait_until(system.all_running, timeout=60, message="every child")
     assert "--interval=0.5" in system.argv("reconciler")
 
     def passes() -> int:
