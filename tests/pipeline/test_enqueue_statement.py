@@ -93,15 +93,25 @@ def test_returned_jobs_equal_their_stored_rows(django_user_model):
     requests = [
         JobRequest(type="demo.echo", payload={"s": "é", "n": [1, 2]}, priority="high", idempotency_key="a"),
         JobRequest(type="demo.echo", run_at=timezone.now() + timedelta(hours=1), max_attempts=7),
+        # Another UTC offset, and a key: the bulk's JSON carries both exactly.
+        JobRequest(
+            type="demo.echo",
+            run_at=(timezone.now() + timedelta(hours=2)).astimezone(timezone.get_fixed_timezone(120)),
+            idempotency_key="b",
+        ),
     ]
     returned = enqueue_jobs(requests, owner=owner)
     again = enqueue_jobs(requests[:1], owner=owner)[0]
-    for job in [*returned, again]:
+    repeated = enqueue_jobs([requests[2], requests[0]], owner=owner)
+    assert [job.id for job in repeated] == [returned[2].id, returned[0].id]
+    assert not any(job.was_created for job in repeated)
+    assert returned[2].next_retry_at == requests[2].run_at
+    for job in [*returned, again, *repeated]:
         stored = Job.objects.get(id=job.id)
         assert model_to_dict(job) == model_to_dict(stored)
         assert (job.created_at, job.enqueued_at) == (stored.created_at, stored.enqueued_at)
         assert not job._state.adding
-    assert [job.was_created for job in returned] == [True, True] and not again.was_created
+    assert [job.was_created for job in returned] == [True, True, True] and not again.was_created
     assert again.id == returned[0].id
 
 
