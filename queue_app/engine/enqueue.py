@@ -70,7 +70,7 @@ _PRIORITIES = frozenset(Priority.values)
 _PRIORITY_NAMES = ", ".join(Priority.values)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Checked:
     """A request with its defaults resolved, and its payload encoded once (to measure and to store)."""
 
@@ -146,7 +146,7 @@ def validate_jobs(requests: Sequence[JobRequest]) -> list[JobRequest]:
     return [replace(item.request, max_attempts=item.max_attempts) for item in _check_all(requests)]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Planned:
     """One job as the insert writes it."""
 
