@@ -48,10 +48,20 @@ def _walk(value: Any, field: str, depth: int, max_depth: int) -> None:
         raise InvalidJob(f"{type(value).__name__} is not JSON", field=field)
 
 
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def check_json(value: Any, *, field: str, max_bytes: int, max_depth: int) -> int:
     """Raise InvalidJob / PayloadTooLarge naming ``field``; returns the encoded size."""
+    text = checked_json_text(value, field=field, max_bytes=max_bytes, max_depth=max_depth)
+    return len(text.encode("utf-8"))
+
+
+def checked_json_text(value: Any, *, field: str, max_bytes: int, max_depth: int) -> str:
+    """``value`` as compact JSON text after ``check_json``'s checks: encoded once, to measure and to store."""
     _walk(value, field, 1, max_depth)
-    size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    text = _COMPACT.encode(value)
+    size = len(text.encode("utf-8"))
     if size > max_bytes:
         raise PayloadTooLarge(f"larger than {max_bytes} bytes ({size})", field=field)
-    return size
+    return text

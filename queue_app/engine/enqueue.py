@@ -1,21 +1,24 @@
-"""Creating jobs: validation, idempotency keys, and the enqueue transaction."""
+"""Creating jobs: validation, idempotency keys, and the one statement that writes them."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import uuid
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
-from django.db import IntegrityError, transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from queue_app import broker
-from queue_app.conf import queue_settings
-from queue_app.engine.outbox import notify_relay, ready_intent
+from queue_app.conf import QueueSettings, queue_settings
+from queue_app.engine import sql
+from queue_app.engine.outbox import ready_placement
 from queue_app.exceptions import (
     IdempotencyConflict,
     IdempotencyKeyInUse,
@@ -24,9 +27,9 @@ from queue_app.exceptions import (
     QueueError,
 )
 from queue_app.handlers import get_handler
-from queue_app.models import Job, JobLog, OutboxMessage
-from queue_app.payloads import check_json
-from queue_app.states import INITIAL_EVENT, Priority
+from queue_app.models import Job
+from queue_app.payloads import check_json, checked_json_text
+from queue_app.states import INITIAL_EVENT, Priority, Status
 
 log = structlog.get_logger("queue_app.services")
 
@@ -63,16 +66,28 @@ class JobRequest:
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
-def _validated(request: JobRequest) -> JobRequest:
-    settings = queue_settings()
+_PRIORITIES = frozenset(Priority.values)
+_PRIORITY_NAMES = ", ".join(Priority.values)
+
+
+@dataclass(slots=True)
+class _Checked:
+    """A request with its defaults resolved, and its payload encoded once (to measure and to store)."""
+
+    request: JobRequest
+    payload_json: str
+    max_attempts: int
+
+
+def _checked(request: JobRequest, settings: QueueSettings) -> _Checked:
     spec = get_handler(request.type)
-    if request.priority not in Priority.values:
-        raise InvalidJob(f"must be one of {', '.join(Priority.values)}", field="priority")
+    if request.priority not in _PRIORITIES:
+        raise InvalidJob(f"must be one of {_PRIORITY_NAMES}", field="priority")
     if request.queue not in settings.QUEUES:
         raise InvalidJob(f"must be one of {', '.join(settings.QUEUES)}", field="queue")
     if not isinstance(request.payload, dict):
         raise InvalidJob("must be a JSON object", field="payload")
-    check_json(
+    payload_json = checked_json_text(
         request.payload,
         field="payload",
         max_bytes=settings.MAX_PAYLOAD_BYTES,
@@ -96,21 +111,17 @@ def _validated(request: JobRequest) -> JobRequest:
         if not isinstance(key, str) or not 1 <= len(key) <= 255:
             raise InvalidJob("must be 1 to 255 characters", field="idempotency_key")
         check_json(key, field="idempotency_key", max_bytes=1024, max_depth=1)
-    return replace(request, max_attempts=max_attempts)
+    return _Checked(request, payload_json, max_attempts)
 
 
-def validate_jobs(requests: Sequence[JobRequest]) -> list[JobRequest]:
-    """The requests with their defaults resolved, or JobsRejected naming every job that breaks a rule.
-
-    Reads nothing from the database, so it costs nothing to call before a
-    write (``enqueue_jobs`` calls it first).
-    """
-    validated: list[JobRequest] = []
+def _check_all(requests: Sequence[JobRequest]) -> list[_Checked]:
+    settings = queue_settings()
+    checked: list[_Checked] = []
     errors: list[QueueError] = []
     first_use: dict[str, int] = {}
     for index, request in enumerate(requests):
         try:
-            validated.append(_validated(request))
+            checked.append(_checked(request, settings))
         except QueueError as exc:
             exc.index = index
             errors.append(exc)
@@ -123,38 +134,139 @@ def validate_jobs(requests: Sequence[JobRequest]) -> list[JobRequest]:
             first_use[key] = index
     if errors:
         raise JobsRejected(errors, total=len(requests))
-    return validated
+    return checked
 
 
-def _new_job(request: JobRequest, owner, now: datetime) -> Job:
+def validate_jobs(requests: Sequence[JobRequest]) -> list[JobRequest]:
+    """The requests with their defaults resolved, or JobsRejected naming every job that breaks a rule.
+
+    Reads nothing from the database, so it costs nothing to call before a
+    write (``enqueue_jobs`` runs the same checks first).
+    """
+    return [replace(item.request, max_attempts=item.max_attempts) for item in _check_all(requests)]
+
+
+@dataclass(slots=True)
+class _Planned:
+    """One job as the insert writes it."""
+
+    request: JobRequest
+    payload_json: str
+    max_attempts: int
+    id: uuid.UUID
+    priority: str
+    queue: str
+    next_retry_at: datetime | None
+    enqueued_at: datetime
+    fingerprint: str
+
+
+def _plan(item: _Checked, now: datetime) -> _Planned:
+    request = item.request
     scheduled = request.run_at is not None and request.run_at > now
-    return Job(
-        type=request.type,
-        payload=request.payload,
-        priority=request.priority,
-        queue=request.queue,
-        max_attempts=request.max_attempts,
+    return _Planned(
+        request=request,
+        payload_json=item.payload_json,
+        max_attempts=item.max_attempts,
+        id=uuid.uuid4(),
+        priority=str(request.priority),
+        queue=str(request.queue),
         next_retry_at=request.run_at if scheduled else None,
         enqueued_at=request.run_at if scheduled else now,
-        idempotency_key=request.idempotency_key,
-        idempotency_fingerprint=request.fingerprint() if request.idempotency_key else "",
-        owner=owner,
-        backend=request.backend,
+        # The request with its defaults resolved: the same job asked for twice matches.
+        fingerprint=replace(request, max_attempts=item.max_attempts).fingerprint()
+        if request.idempotency_key
+        else "",
     )
 
 
-def _existing_for_key(request: JobRequest, owner) -> Job:
+def _row_values(job: _Planned) -> dict[str, Any]:
+    """What ``insert_job`` / ``insert_jobs`` write for one job (its job, log and outbox rows)."""
+    action, score = ready_placement(job.priority, job.enqueued_at, job.next_retry_at)
+    request = job.request
+    return {
+        "id": job.id,
+        "type": request.type,
+        "queue": job.queue,
+        "payload": job.payload_json,
+        "priority": job.priority,
+        "max_attempts": job.max_attempts,
+        "next_retry_at": job.next_retry_at,
+        "enqueued_at": job.enqueued_at,
+        "idempotency_key": request.idempotency_key,
+        "fingerprint": job.fingerprint,
+        "backend": request.backend,
+        "message": f"enqueued on {job.queue} ({job.priority})",
+        "extra": json.dumps({"run_at": job.next_retry_at.isoformat()}) if job.next_retry_at else "{}",
+        "action": action,
+        "score": score,
+    }
+
+
+def _insert(cursor, planned: Sequence[_Planned], owner) -> dict[uuid.UUID, datetime]:
+    """Run the insert; returns created_at by id of the jobs it created (a taken key creates none)."""
+    shared = {"owner_id": getattr(owner, "pk", None), "status": Status.QUEUED.value, "event": INITIAL_EVENT}
+    if len(planned) == 1:
+        cursor.execute(sql.query("insert_job"), {**_row_values(planned[0]), **shared})
+    else:
+        rows = [{**_row_values(job), "position": position} for position, job in enumerate(planned)]
+        cursor.execute(sql.query("insert_jobs"), {"jobs": json.dumps(rows, default=str), **shared})
+    return {row[0]: row[1] for row in cursor.fetchall()}
+
+
+_JOB_COLUMNS = [field.attname for field in Job._meta.concrete_fields]
+
+
+def _created_job(planned: _Planned, owner, created_at: datetime) -> Job:
+    """The Job as stored, built from what the insert sent and returned (no read back)."""
+    request = planned.request
+    stored = {
+        "id": planned.id,
+        "type": request.type,
+        "queue": planned.queue,
+        "payload": request.payload,
+        "priority": planned.priority,
+        "status": Status.QUEUED.value,
+        "attempts": 0,
+        "max_attempts": planned.max_attempts,
+        "next_retry_at": planned.next_retry_at,
+        "enqueued_at": planned.enqueued_at,
+        "created_at": created_at,
+        "started_at": None,
+        "completed_at": None,
+        "last_error": "",
+        "last_error_class": "",
+        "result": None,
+        "idempotency_key": request.idempotency_key,
+        "idempotency_fingerprint": planned.fingerprint,
+        "owner_id": getattr(owner, "pk", None),
+        "worker_id": "",
+        "lease_expires_at": None,
+        "backend": request.backend,
+    }
+    # from_db, as for a row read back: several times cheaper than Job(**fields).
+    job = Job.from_db(connection.alias, _JOB_COLUMNS, [stored[name] for name in _JOB_COLUMNS])
+    if owner is not None:
+        Job.owner.field.set_cached_value(job, owner)
+    job.was_created = True
+    return job
+
+
+def _existing_for_key(existing: Job | None, planned: _Planned, owner) -> Job:
     """The job a repeated idempotency key refers to, or a conflict."""
-    job = Job.objects.get(idempotency_key=request.idempotency_key)
-    if (job.owner_id or None) != (getattr(owner, "pk", None)):
+    if existing is None:
+        # The key's job was deleted between the insert and this look-up.
+        message = "this idempotency key's job just changed; try again"
+        raise IdempotencyKeyInUse(message, field="idempotency_key")
+    if (existing.owner_id or None) != (getattr(owner, "pk", None)):
         # Reveal nothing about another owner's job.
         raise IdempotencyKeyInUse("this idempotency key is already in use", field="idempotency_key")
-    if job.idempotency_fingerprint != request.fingerprint():
+    if existing.idempotency_fingerprint != planned.fingerprint:
         raise IdempotencyConflict(
             "this idempotency key was used with a different request", field="idempotency_key"
         )
-    job.was_created = False
-    return job
+    existing.was_created = False
+    return existing
 
 
 def enqueue_jobs(requests: Sequence[JobRequest], *, owner=None) -> list[Job]:
@@ -166,54 +278,42 @@ def enqueue_jobs(requests: Sequence[JobRequest], *, owner=None) -> list[Job]:
     Raises JobsRejected listing every job at fault (a broken rule, or a key
     used with a different request or by another owner), with its index.
     """
-    validated = validate_jobs(requests)
-    key_errors: list[QueueError] = []
-    with transaction.atomic():
-        now = timezone.now()
+    checked = _check_all(requests)
+    if not checked:
+        return []
+    now = timezone.now()
+    # One microsecond apart keeps a call's request order inside each tier.
+    planned = [_plan(item, now + timedelta(microseconds=index)) for index, item in enumerate(checked)]
+    keyed = [job.request.idempotency_key for job in planned if job.request.idempotency_key]
+    # One statement is atomic on its own, so without a caller's transaction it
+    # runs in autocommit: no BEGIN/COMMIT round trips. A savepoint (or a
+    # transaction) is needed only when a key conflict must undo the call's other jobs.
+    undo_on_conflict = transaction.atomic() if keyed and len(planned) > 1 else nullcontext()
+    with undo_on_conflict:
+        with connection.cursor() as cursor:
+            created_at = _insert(cursor, planned, owner)
+        existing: dict[str, Job] = {}
+        if len(created_at) < len(planned):
+            existing = {job.idempotency_key: job for job in Job.objects.filter(idempotency_key__in=keyed)}
         jobs: list[Job] = []
-        fresh: list[Job] = []
-        for index, request in enumerate(validated):
-            # One microsecond apart keeps a bulk's request order inside each tier.
-            job = _new_job(request, owner, now + timedelta(microseconds=index))
-            if request.idempotency_key:
-                # A concurrent insert of the same key blocks on the unique index
-                # until the other transaction ends, then fails here: exactly one job.
-                try:
-                    with transaction.atomic():
-                        job.save(force_insert=True)
-                except IntegrityError:
-                    try:
-                        jobs.append(_existing_for_key(request, owner))
-                    except (IdempotencyConflict, IdempotencyKeyInUse) as exc:
-                        exc.index = index
-                        key_errors.append(exc)
-                    continue
-            job.was_created = True
-            jobs.append(job)
-            fresh.append(job)
+        key_errors: list[QueueError] = []
+        for index, job in enumerate(planned):
+            if job.id in created_at:
+                jobs.append(_created_job(job, owner, created_at[job.id]))
+                continue
+            try:
+                jobs.append(_existing_for_key(existing.get(job.request.idempotency_key), job, owner))
+            except (IdempotencyConflict, IdempotencyKeyInUse) as exc:
+                exc.index = index
+                key_errors.append(exc)
         if key_errors:
-            # Raised inside the block: the jobs saved so far roll back with it.
+            # Raised inside the block: the jobs this call inserted roll back with it.
             raise JobsRejected(key_errors, total=len(requests))
-        unsaved = [job for job in fresh if not job.idempotency_key]
-        if unsaved:
-            Job.objects.bulk_create(unsaved)
-        if fresh:
-            JobLog.objects.bulk_create(
-                JobLog(
-                    job_id=job.id,
-                    event=INITIAL_EVENT,
-                    message=f"enqueued on {job.queue} ({job.priority})",
-                    extra={"run_at": job.next_retry_at.isoformat()} if job.next_retry_at else {},
-                )
-                for job in fresh
-            )
-            OutboxMessage.objects.bulk_create(ready_intent(job) for job in fresh)
-            notify_relay()
-    if len(fresh) == 1:
-        job = fresh[0]
+    if len(created_at) == 1:
+        job = next(job for job in jobs if job.was_created)
         log.info("job_enqueued", job_id=str(job.id), type=job.type, queue=job.queue, priority=job.priority)
-    elif fresh:
-        log.info("jobs_enqueued", count=len(fresh))
+    elif created_at:
+        log.info("jobs_enqueued", count=len(created_at))
     return jobs
 
 

@@ -13,14 +13,17 @@ from queue_app.models import Job, OutboxMessage
 
 def ready_intent(job: Job) -> OutboxMessage:
     """The outbox row that puts a queued job where a worker finds it."""
-    if job.next_retry_at is not None:
-        return OutboxMessage(
-            job_id=job.id,
-            action=OutboxMessage.Action.SCHEDULE,
-            queue=job.queue,
-            score=broker.due_score(job.next_retry_at),
-        )
-    return enqueue_intent(job.id, job.queue, job.priority, job.enqueued_at)
+    action, score = ready_placement(job.priority, job.enqueued_at, job.next_retry_at)
+    return OutboxMessage(job_id=job.id, action=action, queue=job.queue, score=score)
+
+
+def ready_placement(
+    priority: str, enqueued_at: datetime, next_retry_at: datetime | None
+) -> tuple[str, float]:
+    """The outbox action and score of a queued job: the retry set until it is due, else ready."""
+    if next_retry_at is not None:
+        return OutboxMessage.Action.SCHEDULE.value, broker.due_score(next_retry_at)
+    return OutboxMessage.Action.ENQUEUE.value, broker.ready_score(priority, enqueued_at)
 
 
 def enqueue_intent(job_id, queue: str, priority: str, enqueued_at: datetime) -> OutboxMessage:

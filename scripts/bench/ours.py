@@ -43,7 +43,7 @@ def reset_stores() -> None:
     from queue_app import broker
 
     with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE jobs, job_logs, job_outbox")
+        cursor.execute("TRUNCATE jobs, job_logs, job_outbox, job_schedules")
     broker.get_client().flushdb()
 
 

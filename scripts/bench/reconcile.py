@@ -60,7 +60,7 @@ def seed(n: int) -> float:
 
     started = time.perf_counter()
     with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE jobs, job_logs, job_outbox")
+        cursor.execute("TRUNCATE jobs, job_logs, job_outbox, job_schedules")
         cursor.execute(SEED_SQL, {"n": n})
         cursor.execute("VACUUM ANALYZE jobs")
         cursor.execute("VACUUM ANALYZE job_outbox")

@@ -1,5 +1,6 @@
--- The outbox's wake-up channel and its upkeep. The channel name lives only
--- here: services notify on it, the relay listens on it.
+-- The outbox's wake-up channel and its upkeep. The channel name lives here
+-- and in enqueue.sql (whose statements notify as they insert): transitions
+-- notify on it, the relay listens on it.
 
 -- name: notify_relay
 -- Delivered only when the surrounding transaction commits.

@@ -1,0 +1,68 @@
+-- Creating jobs: one statement writes every job of a call, its `enqueued`
+-- log row and its outbox row, and wakes the relays (NOTIFY is delivered
+-- when the statement's transaction commits). One round trip per call: in
+-- autocommit the statement is its own transaction; inside the caller's
+-- transaction it joins it and commits (or rolls back) with it.
+
+-- name: insert_job
+-- One job: the same rows as insert_jobs, planned much faster than its arrays.
+-- A key already taken inserts nothing (the caller looks the job up).
+WITH job AS (
+    INSERT INTO jobs (id, type, queue, payload, priority, status, attempts, max_attempts,
+                      next_retry_at, enqueued_at, last_error, last_error_class, idempotency_key,
+                      idempotency_fingerprint, owner_id, worker_id, backend)
+    VALUES (%(id)s, %(type)s, %(queue)s, %(payload)s::jsonb, %(priority)s, %(status)s, 0, %(max_attempts)s,
+            %(next_retry_at)s, %(enqueued_at)s, '', '', %(idempotency_key)s,
+            %(fingerprint)s, %(owner_id)s, '', %(backend)s)
+        ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, created_at
+), logged AS (
+    INSERT INTO job_logs (job_id, level, event, message, extra)
+    SELECT id, 'info', %(event)s, %(message)s, %(extra)s::jsonb FROM job
+), dispatch AS (
+    INSERT INTO job_outbox (job_id, action, queue, score)
+    SELECT id, %(action)s, %(queue)s, %(score)s FROM job
+)
+SELECT id, created_at, pg_notify('jobqueue_outbox', '') FROM job
+
+-- name: insert_jobs
+-- Many jobs, given as one JSON array of objects (the keys of insert_job's
+-- values, plus "position": 0, 1, 2, ... in the caller's order; payload and
+-- extra as JSON text): one parameter parses much faster than an array per
+-- column. Keyed jobs are inserted sorted by key, so two calls sharing keys in
+-- different orders wait on each other instead of deadlocking; a key already
+-- taken inserts nothing for that job (the caller looks it up). Outbox rows
+-- get their ids in the caller's order: the relay sends them in id order,
+-- which keeps a FIFO queue's order.
+WITH request AS (
+    SELECT *
+      FROM jsonb_to_recordset(%(jobs)s::jsonb)
+           AS r(position int, id uuid, type text, queue text, payload text, priority text,
+                max_attempts int, next_retry_at timestamptz, enqueued_at timestamptz,
+                idempotency_key text, fingerprint text, backend text, message text, extra text,
+                action text, score float8)
+), job AS (
+    INSERT INTO jobs (id, type, queue, payload, priority, status, attempts, max_attempts,
+                      next_retry_at, enqueued_at, last_error, last_error_class, idempotency_key,
+                      idempotency_fingerprint, owner_id, worker_id, backend)
+    SELECT id, type, queue, payload::jsonb, priority, %(status)s, 0, max_attempts,
+           next_retry_at, enqueued_at, '', '', idempotency_key,
+           fingerprint, %(owner_id)s, '', backend
+      FROM request
+     ORDER BY idempotency_key NULLS LAST, position
+        ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, created_at
+), logged AS (
+    INSERT INTO job_logs (job_id, level, event, message, extra)
+    SELECT request.id, 'info', %(event)s, request.message, request.extra::jsonb
+      FROM request JOIN job USING (id)
+     ORDER BY request.position
+), dispatch AS (
+    INSERT INTO job_outbox (job_id, action, queue, score)
+    SELECT request.id, request.action, request.queue, request.score
+      FROM request JOIN job USING (id)
+     ORDER BY request.position
+), notified AS (
+    SELECT pg_notify('jobqueue_outbox', '') WHERE EXISTS (SELECT FROM job)
+)
+SELECT job.id, job.created_at FROM job, notified
