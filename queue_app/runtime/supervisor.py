@@ -1,14 +1,20 @@
 """Runs N worker processes, enforces hard time limits, and shuts them down cleanly.
 
 Each child reports over a pipe which job it runs, until when, and which jobs
-it holds. A child still inside a handler past its hard deadline (the soft
-limit plus a grace, e.g. C code that never returns to Python) is SIGKILLed:
-its job is failed as a timeout, its other held jobs are handed back, and a
-new child with the same identity takes its place.
+it holds (a ``ChildReport``). A child still inside a handler past its hard
+deadline (the soft limit plus a grace, e.g. C code that never returns to
+Python) is SIGKILLed: its job is failed as a timeout, its other held jobs are
+handed back, and a new child with the same identity takes its place.
+
+A child that dies by itself while running a job (``os._exit``, a segfault,
+the OOM killer's SIGKILL) has that attempt counted as failed, with the cause
+in ``last_error``: the job retries or, out of attempts, fails. Handing it back
+uncounted would let a job that kills its process be claimed forever.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import multiprocessing
 import os
@@ -24,6 +30,7 @@ from django.db import connections
 from queue_app.conf import queue_settings
 from queue_app.engine import execution
 from queue_app.runtime.outages import OutageGuard
+from queue_app.runtime.worker import ChildReport
 
 log = structlog.get_logger("queue_app.supervisor")
 
@@ -62,7 +69,7 @@ def _child_main(worker_id: str, queues: list[str], burst: bool, pipe: Connection
     _die_with_parent()
 
     # Ctrl-C reaches the whole process group; the child treats it like SIGTERM.
-    Worker(worker_id=worker_id, queues=queues, burst=burst, report=pipe).run()
+    Worker(worker_id=worker_id, queues=queues, burst=burst, supervisor_pipe=pipe).run()
     connections.close_all()
 
 
@@ -135,29 +142,46 @@ class Supervisor:
             if child is None:
                 continue
             try:
-                while child.pipe.poll():
-                    job_id, attempt, hard_deadline, held = child.pipe.recv()
-                    child.current = (job_id, attempt) if job_id else None
-                    child.hard_deadline = hard_deadline
-                    if held is not None:
-                        child.held = held
+                self._drain_reports(child)
             except (EOFError, OSError):
                 child.pipe.close()
                 child.pipe = None
+
+    @staticmethod
+    def _drain_reports(child: Child) -> None:
+        while child.pipe is not None and child.pipe.poll():
+            report: ChildReport = child.pipe.recv()
+            child.current = (report.job_id, report.attempt) if report.job_id else None
+            child.hard_deadline = report.hard_deadline
+            if report.held is not None:
+                child.held = report.held
 
     def _enforce_hard_limits(self) -> None:
         now = time.monotonic()
         for child in self.children:
             alive = child.process is not None and child.process.is_alive()
             if alive and child.current and child.hard_deadline and now > child.hard_deadline:
-                self._kill(child, "hard time limit exceeded")
+                self._kill(
+                    child,
+                    "hard time limit exceeded",
+                    current_error="JobTimeLimitExceeded: hard time limit exceeded; process killed",
+                )
 
-    def _kill(self, child: Child, reason: str) -> None:
-        """SIGKILL a child and settle what it held, so nothing waits for a lease to expire."""
+    def _kill(self, child: Child, reason: str, *, current_error: str | None = None) -> None:
+        """SIGKILL a child and settle what it held, so nothing waits for a lease to expire.
+
+        The running job fails with ``current_error`` (its attempt counts), or is handed
+        back uncounted when there is none (the supervisor chose to stop it)."""
         log.warning("worker_process_killed", worker=child.worker_id, reason=reason, job=child.current)
         os.kill(child.process.pid, signal.SIGKILL)
         child.process.join()
-        self._read_reports(timeout=0)
+        self._settle_child_jobs(child, reason=reason, current_error=current_error)
+
+    def _settle_child_jobs(self, child: Child, *, reason: str, current_error: str | None) -> None:
+        """Settle the jobs a dead child held: the running one failed with ``current_error``
+        (or handed back when None), the claimed-but-unstarted ones handed back."""
+        with contextlib.suppress(EOFError, OSError):
+            self._drain_reports(child)  # its last words: which job it was running
         current, held = child.current, dict(child.held)
         guard = OutageGuard("supervisor")
         for _ in range(5):
@@ -165,9 +189,8 @@ class Supervisor:
                 if current is not None:
                     job_id, attempt = current
                     held.pop(job_id, None)
-                    timed_out = reason == "hard time limit exceeded"
-                    if timed_out:
-                        execution.fail_job(job_id, attempt, f"JobTimeLimitExceeded: {reason}; process killed")
+                    if current_error is not None:
+                        execution.fail_job(job_id, attempt, current_error)
                     else:
                         execution.hand_back_job(job_id, attempt, worker_id=child.worker_id, reason=reason)
                 for job_id, attempt in held.items():
@@ -183,15 +206,34 @@ class Supervisor:
     def _reap(self) -> None:
         for child in self.children:
             process = child.process
-            if process is None or process.is_alive():
+            if process is None or process.is_alive() or child.exited_cleanly:
                 continue
             if process.exitcode == 0 and (self.burst or self.stopping):
                 child.exited_cleanly = True
                 continue
+            if process.exitcode != 0:
+                log.warning("worker_process_exited", worker=child.worker_id, exitcode=process.exitcode)
+                cause = _death_cause(process.exitcode)
+                self._settle_child_jobs(
+                    child,
+                    reason=f"worker process {cause}",
+                    current_error=f"WorkerProcessDied: the worker process {cause} while running this job",
+                )
+            if child.pipe is not None:
+                child.pipe.close()
+                child.pipe = None
             if self.stopping:
+                child.process = None  # settled; nothing more to do for it
                 continue
-            if child.exited_cleanly:
-                continue
-            log.warning("worker_process_exited", worker=child.worker_id, exitcode=process.exitcode)
             time.sleep(RESTART_BACKOFF_SECONDS)
             self._start(child)
+
+
+def _death_cause(exitcode: int | None) -> str:
+    """How a process ended, for a job's last_error."""
+    if exitcode is not None and exitcode < 0:
+        name = signal.Signals(-exitcode).name
+        if -exitcode == signal.SIGKILL:
+            return f"was killed by {name} (the out-of-memory killer, or an operator)"
+        return f"was killed by {name}"
+    return f"exited with code {exitcode}"

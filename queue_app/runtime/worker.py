@@ -17,6 +17,8 @@ import threading
 import time
 import traceback
 from collections.abc import Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from typing import Any
 
 import structlog
@@ -42,6 +44,19 @@ class _Fenced(Exception):
     """Rolls back an atomic handler whose completion the fence rejected."""
 
 
+@dataclass(frozen=True)
+class ChildReport:
+    """What a worker process tells its supervisor: the job it runs (if any), the
+    monotonic time past which the supervisor kills it, and, after a claim, every
+    job it holds (id -> attempt). A stale ``held`` is harmless: settling a job
+    that moved on is a fenced no-op."""
+
+    job_id: str | None
+    attempt: int | None
+    hard_deadline: float | None
+    held: dict[str, int] | None = None
+
+
 class Worker:
     def __init__(
         self,
@@ -49,14 +64,15 @@ class Worker:
         worker_id: str,
         queues: Sequence[str],
         burst: bool = False,
-        report=None,
+        supervisor_pipe: Connection | None = None,
     ) -> None:
         settings = queue_settings()
         self.worker_id = worker_id
         self.queues = list(queues)
-        self.modes = [(queue, settings.QUEUES[queue]) for queue in self.queues]
+        # (queue, is strict FIFO) pairs: which Redis structure each served queue uses.
+        self.queue_layouts = [(queue, settings.QUEUES[queue]) for queue in self.queues]
         self.burst = burst
-        self.report = report  # pipe to the supervisor, or None
+        self.supervisor_pipe = supervisor_pipe
         self.batch_size = settings.WORKER_BATCH_SIZE
         self.poll_seconds = settings.WORKER_POLL_SECONDS
         self.heartbeat_seconds = settings.HEARTBEAT_SECONDS
@@ -121,10 +137,10 @@ class Worker:
         if self.current is not None and self.soft_deadline is not None and self.current.id in self.lost:
             raise LeaseLost(f"job {self.current.id} was cancelled or rescued while running")
 
-    def _report_state(self, *, with_held: bool = False) -> None:
+    def _tell_supervisor(self, *, with_held: bool = False) -> None:
         """Tell the supervisor what runs until when; the held set only after a claim
         (a stale set is harmless: handing back a settled job is a fenced no-op)."""
-        if self.report is None:
+        if self.supervisor_pipe is None:
             return
         current = self.current
         hard_deadline = (
@@ -133,12 +149,12 @@ class Worker:
             else None
         )
         try:
-            self.report.send(
-                (
-                    current.id if current else None,
-                    current.attempt if current else None,
-                    hard_deadline,
-                    dict(self.held) if with_held else None,
+            self.supervisor_pipe.send(
+                ChildReport(
+                    job_id=current.id if current else None,
+                    attempt=current.attempt if current else None,
+                    hard_deadline=hard_deadline,
+                    held=dict(self.held) if with_held else None,
                 )
             )
         except (OSError, ValueError):
@@ -177,7 +193,7 @@ class Worker:
 
     def _step(self) -> bool:
         """One round: flush, promote, pop, claim, run. False when a burst worker is done."""
-        if self.report is not None and os.getppid() != self._parent_pid:
+        if self.supervisor_pipe is not None and os.getppid() != self._parent_pid:
             log.warning("supervisor_gone", worker=self.worker_id)
             return False  # orphaned: stop cleanly rather than run unsupervised
         if self.unstarted:
@@ -185,12 +201,12 @@ class Worker:
             self._hand_back_unstarted("not started: a store error interrupted its batch")
         client = broker.get_client()
         self._promote_due(client)
-        ids = broker.pop_ready(client, self.modes, self.batch_size)
+        ids = broker.pop_ready(client, self.queue_layouts, self.batch_size)
         if not ids:
             self._flush_completions()
             if self.burst and not self.held and not selectors.has_queued(self.queues):
                 return False
-            ids = broker.wait_ready(client, self.modes, self.poll_seconds)
+            ids = broker.wait_ready(client, self.queue_layouts, self.poll_seconds)
             if not ids:
                 return True
         # A crash (or outage) from here until the claim commits loses these ids from
@@ -213,7 +229,7 @@ class Worker:
         unclaimed = set(ids) - {job.id for job in claimed}
         if unclaimed:
             self._put_back_not_due(unclaimed)
-        self._report_state(with_held=True)
+        self._tell_supervisor(with_held=True)
         while self.unstarted:
             if self.stopping:
                 self._hand_back_unstarted("worker stopping before the job started")
@@ -280,7 +296,7 @@ class Worker:
         if time.monotonic() - self._last_promote < PROMOTE_EVERY_SECONDS:
             return
         self._last_promote = time.monotonic()
-        fifo = dict(self.modes)
+        fifo = dict(self.queue_layouts)
         for queue in self.queues:
             taken = broker.take_due(client, queue)
             if not taken:
@@ -314,7 +330,7 @@ class Worker:
         self._limit = spec.time_limit or queue_settings().DEFAULT_TIME_LIMIT_SECONDS
         self.current = job
         self.soft_deadline = time.monotonic() + self._limit
-        self._report_state()
+        self._tell_supervisor()
         token = _current_job.set(job)
         started = time.monotonic()
         log.debug("job_started", job_id=job.id, type=job.type, attempt=job.attempt, worker=self.worker_id)
@@ -333,7 +349,10 @@ class Worker:
             self._hand_back(job, "worker shutdown grace period ended")
         except JobTimeLimitExceeded as exc:
             self._settle_failure(job, f"JobTimeLimitExceeded: {exc}", retry=True)
-        except Exception as exc:  # noqa: BLE001 - any handler error is the job's failure
+        except BaseException as exc:  # noqa: BLE001 - however a handler ends, the attempt counts
+            # SystemExit, KeyboardInterrupt and GeneratorExit raised by a handler are its
+            # failure too: letting them end the process would hand the job back uncounted,
+            # to be claimed again forever (a poison job).
             retry = not isinstance(exc, spec.give_up_on)
             self._settle_failure(job, "".join(traceback.format_exception(exc)).strip(), retry=retry)
         else:
@@ -344,7 +363,7 @@ class Worker:
         finally:
             _current_job.reset(token)
             self.current = None
-            self._report_state()
+            self._tell_supervisor()
             log.debug(
                 "job_finished",
                 job_id=job.id,
@@ -374,6 +393,10 @@ class Worker:
         check_json(result, field="result", max_bytes=MAX_RESULT_BYTES, max_depth=64)
 
     def _settle_failure(self, job: ClaimedJob, error: str, *, retry: bool) -> None:
+        # The handler may have closed or broken this process's connection; the failure
+        # must still be written, so start from a working one.
+        if connection.connection is not None and not connection.is_usable():
+            connection.close()
         execution.fail_job(job.id, job.attempt, error, retry=retry)
         self.held.pop(job.id, None)
 

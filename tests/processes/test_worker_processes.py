@@ -12,6 +12,9 @@ from tests.probe.models import Execution
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
+# A burst worker that also waits for retries due shortly.
+WAIT_FOR_RETRIES: tuple[str, ...] = ()
+
 
 def status_of(job) -> str:
     return Job.objects.values_list("status", flat=True).get(id=job.id)
@@ -137,3 +140,38 @@ def test_two_relays_and_three_workers_drain_five_thousand_jobs_exactly_once(proc
     assert per_job == 5000 and Execution.objects.count() == 5000
     workers_used = set(Job.objects.values_list("logs__extra__worker", flat=True)) - {None}
     assert len({worker.split("/")[0] for worker in workers_used}) == 3
+
+
+# How each way of ending shows in last_error (the child's traceback, or the supervisor's cause).
+POISON = {
+    "system_exit": "SystemExit: 1",
+    "keyboard_interrupt": "KeyboardInterrupt",
+    "generator_exit": "GeneratorExit",
+    "close_connection": "RuntimeError: closed the database connection",
+    "os_exit": "WorkerProcessDied: the worker process exited with code 3",
+    "segfault": "WorkerProcessDied: the worker process was killed by SIGSEGV",
+    "oom_kill": "WorkerProcessDied: the worker process was killed by SIGKILL (the out-of-memory killer",
+}
+
+
+@pytest.mark.parametrize("how", POISON)
+def test_a_poison_job_uses_up_its_attempts_and_fails_while_others_run(processes, how):
+    poison = enqueue_job("probe.poison", {"how": how})  # max_attempts=2
+    others = enqueue_jobs([JobRequest(type="probe.run") for _ in range(3)])
+    relay_all()
+    relay = manage("runrelay", stderr=subprocess.DEVNULL)  # carries the retry's outbox row
+    worker = manage("runworker", "--burst", *WAIT_FOR_RETRIES, stderr=subprocess.DEVNULL)
+    processes.extend([relay, worker])
+    assert worker.wait(timeout=120) == 0  # the burst worker ends: nothing loops
+    poison.refresh_from_db()
+    assert poison.status == "failed" and poison.attempts == 2
+    assert POISON[how] in poison.last_error
+    assert Execution.objects.filter(job_id=poison.id).count() == 2
+    assert list(poison.logs.values_list("event", flat=True)) == [
+        "enqueued",
+        "claimed",
+        "retry_scheduled",
+        "claimed",
+        "failed",
+    ]
+    assert {status_of(job) for job in others} == {"completed"}
