@@ -1,4 +1,9 @@
-"""Running jobs: the claim, completions, failures and leases, fenced by the attempt number."""
+"""Running jobs: the claim, completions, failures and leases, fenced by ``jobs.fence``.
+
+``fence`` goes up by one on every claim and never down; ``attempts`` counts the
+claims charged to the job (a hand-back takes one back). Every write made for a
+running attempt is conditional on the fence value its claim returned.
+"""
 
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ class ClaimedJob:
     payload: dict[str, Any]
     attempt: int
     max_attempts: int
+    fence: int
 
 
 def claim_jobs(ids: Sequence[str], *, worker_id: str) -> list[ClaimedJob]:
@@ -56,6 +62,7 @@ def claim_jobs(ids: Sequence[str], *, worker_id: str) -> list[ClaimedJob]:
             payload=json.loads(row[3]) if isinstance(row[3], str) else row[3],
             attempt=row[4],
             max_attempts=row[5],
+            fence=row[6],
         )
         for row in rows
     ]
@@ -78,19 +85,19 @@ def _log_unclaimed(ids: set[str]) -> None:
 @dataclass(frozen=True)
 class Completion:
     job_id: str
-    attempt: int
+    fence: int
     result: Any
 
 
 _COMPLETE_SQL = """
 WITH input AS (
-    SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS t(id uuid, attempt int, result jsonb)
+    SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS t(id uuid, fence bigint, result jsonb)
 ), done AS (
     UPDATE jobs
        SET status = 'completed', result = input.result, completed_at = now(),
            last_error = '', worker_id = '', lease_expires_at = NULL
       FROM input
-     WHERE jobs.id = input.id AND jobs.status = 'processing' AND jobs.attempts = input.attempt
+     WHERE jobs.id = input.id AND jobs.status = 'processing' AND jobs.fence = input.fence
  RETURNING jobs.id, jobs.attempts
 ), logged AS (
     INSERT INTO job_logs (job_id, created_at, level, event, message, extra)
@@ -108,7 +115,7 @@ def complete_jobs(completions: Sequence[Completion]) -> set[str]:
     """
     if not completions:
         return set()
-    rows = [{"id": c.job_id, "attempt": c.attempt, "result": c.result} for c in completions]
+    rows = [{"id": c.job_id, "fence": c.fence, "result": c.result} for c in completions]
     with transaction.atomic(savepoint=False):
         with connection.cursor() as cursor:
             cursor.execute(_COMPLETE_SQL, {"rows": json.dumps(rows)})
@@ -123,15 +130,15 @@ def complete_jobs(completions: Sequence[Completion]) -> set[str]:
     return done
 
 
-def complete_job(job_id: str, attempt: int, result: Any) -> bool:
+def complete_job(job_id: str, fence: int, result: Any) -> bool:
     """Complete one job; False when the fence rejected it (see ``complete_jobs``)."""
-    return bool(complete_jobs([Completion(job_id, attempt, result)]))
+    return bool(complete_jobs([Completion(job_id, fence, result)]))
 
 
-def note_fenced(job_id: str, attempt: int) -> None:
+def note_fenced(job_id: str, fence: int) -> None:
     """Record that an attempt's completion was rejected (after its atomic work rolled back)."""
     with transaction.atomic():
-        _record_fenced([Completion(job_id, attempt, None)], "completion_fenced")
+        _record_fenced([Completion(job_id, fence, None)], "completion_fenced")
 
 
 def _record_fenced(items: Sequence[Completion], event: str) -> None:
@@ -144,13 +151,13 @@ def _record_fenced(items: Sequence[Completion], event: str) -> None:
             level=JobLog.Level.WARNING,
             event=event,
             message="attempt no longer holds the job; nothing written",
-            extra={"attempt": c.attempt},
+            extra={"fence": c.fence},
         )
         for c in items
         if c.job_id in existing
     )
     for c in items:
-        log.warning(event, job_id=c.job_id, attempt=c.attempt)
+        log.warning(event, job_id=c.job_id, fence=c.fence)
 
 
 def retry_delay(attempt: int, *, base: float, cap: float) -> float:
@@ -221,7 +228,7 @@ def _settle_failures(
     return rows
 
 
-def fail_job(job_id: str, attempt: int, error: str, *, retry: bool = True) -> str | None:
+def fail_job(job_id: str, fence: int, error: str, *, retry: bool = True) -> str | None:
     """Record a failed attempt: back to queued after a backoff, or failed when none are left.
 
     Returns the new status, or None when the fence rejected the write.
@@ -231,18 +238,28 @@ def fail_job(job_id: str, attempt: int, error: str, *, retry: bool = True) -> st
     base = (spec and spec.retry_backoff_base) or settings.RETRY_BACKOFF_BASE_SECONDS
     cap = (spec and spec.retry_backoff_max) or settings.RETRY_BACKOFF_MAX_SECONDS
     with transaction.atomic():
-        rows = _settle_failures(
-            "id = %(id)s AND status = 'processing' AND attempts = %(attempt)s",
-            {"id": job_id, "attempt": attempt},
-            error=error,
-            retry=retry,
-            delay=retry_delay(attempt, base=base, cap=cap),
-            events=("retry_scheduled", "failed"),
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT attempts FROM jobs WHERE id = %s AND status = 'processing' AND fence = %s",
+                [job_id, fence],
+            )
+            row = cursor.fetchone()
+        rows = (
+            _settle_failures(
+                "id = %(id)s AND status = 'processing' AND fence = %(fence)s",
+                {"id": job_id, "fence": fence},
+                error=error,
+                retry=retry,
+                delay=retry_delay(row[0], base=base, cap=cap),
+                events=("retry_scheduled", "failed"),
+            )
+            if row
+            else []
         )
         if not rows:
-            _record_fenced([Completion(job_id, attempt, None)], "failure_fenced")
+            _record_fenced([Completion(job_id, fence, None)], "failure_fenced")
             return None
-    status = rows[0][1]
+    status, attempt = rows[0][1], rows[0][2]
     log.info(
         "job_retry_scheduled" if status == Status.QUEUED else "job_failed", job_id=job_id, attempt=attempt
     )
@@ -260,8 +277,8 @@ def _spec_or_none(job_id: str):
 def rescue_expired_leases(limit: int = 1000) -> list[tuple]:
     """Jobs whose worker stopped heartbeating: the attempt counts as failed.
 
-    The attempt number stays (it is the fencing token), so a paused worker
-    that wakes up later cannot write over the next attempt.
+    The fence stays, so a paused worker that wakes up later cannot write over
+    the next attempt (whose claim raises it).
     """
     settings = queue_settings()
     with transaction.atomic():
@@ -280,16 +297,17 @@ def rescue_expired_leases(limit: int = 1000) -> list[tuple]:
 
 
 def extend_leases(held: Sequence[tuple[str, int]], *, worker_id: str) -> set[str]:
-    """Heartbeat: push out the leases this worker still holds; returns the ids still held."""
+    """Heartbeat: push out the leases of ``held`` (id, fence) this worker still holds;
+    returns the ids still held."""
     if not held:
         return set()
-    rows = [{"id": job_id, "attempt": attempt} for job_id, attempt in held]
+    rows = [{"id": job_id, "fence": fence} for job_id, fence in held]
     with connection.cursor() as cursor:
         cursor.execute(
             """
             UPDATE jobs SET lease_expires_at = now() + make_interval(secs => %(lease)s)
-              FROM jsonb_to_recordset(%(rows)s::jsonb) AS t(id uuid, attempt int)
-             WHERE jobs.id = t.id AND jobs.attempts = t.attempt
+              FROM jsonb_to_recordset(%(rows)s::jsonb) AS t(id uuid, fence bigint)
+             WHERE jobs.id = t.id AND jobs.fence = t.fence
                AND jobs.status = 'processing' AND jobs.worker_id = %(worker)s
             RETURNING jobs.id
             """,
@@ -298,11 +316,13 @@ def extend_leases(held: Sequence[tuple[str, int]], *, worker_id: str) -> set[str
         return {str(row[0]) for row in cursor.fetchall()}
 
 
-def hand_back_job(job_id: str, attempt: int, *, worker_id: str, reason: str) -> bool:
+def hand_back_job(job_id: str, fence: int, *, worker_id: str, reason: str) -> bool:
     """Return a running job to the queue unrun (clean shutdown): the attempt is not counted.
 
     Safe because the caller is the process that ran the attempt and has
     stopped it; the fence makes it a no-op if the job moved on meanwhile.
+    ``attempts`` goes back down, ``fence`` does not: the next claim gets a
+    token no earlier holder ever had.
     """
     with transaction.atomic():
         with connection.cursor() as cursor:
@@ -310,18 +330,23 @@ def hand_back_job(job_id: str, attempt: int, *, worker_id: str, reason: str) -> 
                 """
                 UPDATE jobs SET status = 'queued', attempts = attempts - 1, worker_id = '',
                        lease_expires_at = NULL, started_at = NULL
-                 WHERE id = %s AND status = 'processing' AND attempts = %s AND worker_id = %s
-                RETURNING id, queue, priority, enqueued_at
+                 WHERE id = %s AND status = 'processing' AND fence = %s AND worker_id = %s
+                RETURNING id, queue, priority, enqueued_at, attempts
                 """,
-                [job_id, attempt, worker_id],
+                [job_id, fence, worker_id],
             )
             row = cursor.fetchone()
         if row is None:
-            log.info("hand_back_skipped", job_id=job_id, attempt=attempt)
+            log.info("hand_back_skipped", job_id=job_id, fence=fence)
             return False
-        _, queue, priority, enqueued_at = row
-        JobLog.objects.create(job_id=job_id, event="handed_back", message=reason, extra={"attempt": attempt})
+        _, queue, priority, enqueued_at, attempts = row
+        JobLog.objects.create(
+            job_id=job_id,
+            event="handed_back",
+            message=reason,
+            extra={"attempt": attempts + 1, "fence": fence},
+        )
         enqueue_intent(job_id, queue, priority, enqueued_at).save()
         notify_relay()
-    log.info("job_handed_back", job_id=job_id, attempt=attempt, reason=reason)
+    log.info("job_handed_back", job_id=job_id, fence=fence, reason=reason)
     return True

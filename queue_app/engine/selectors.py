@@ -53,6 +53,6 @@ def has_queued(queues: Sequence[str]) -> bool:
 
 
 def held_by(worker_id: str) -> list[tuple[str, int]]:
-    """(id, attempt) of the jobs a worker identity holds."""
-    rows = Job.objects.filter(status=Status.PROCESSING, worker_id=worker_id).values_list("id", "attempts")
+    """(id, fence) of the jobs a worker identity holds."""
+    rows = Job.objects.filter(status=Status.PROCESSING, worker_id=worker_id).values_list("id", "fence")
     return [(str(pk), attempts) for pk, attempts in rows]

@@ -151,7 +151,7 @@ class Supervisor:
     def _drain_reports(child: Child) -> None:
         while child.pipe is not None and child.pipe.poll():
             report: ChildReport = child.pipe.recv()
-            child.current = (report.job_id, report.attempt) if report.job_id else None
+            child.current = (report.job_id, report.fence) if report.job_id else None
             child.hard_deadline = report.hard_deadline
             if report.held is not None:
                 child.held = report.held
@@ -187,14 +187,14 @@ class Supervisor:
         for _ in range(5):
             try:
                 if current is not None:
-                    job_id, attempt = current
+                    job_id, fence = current
                     held.pop(job_id, None)
                     if current_error is not None:
-                        execution.fail_job(job_id, attempt, current_error)
+                        execution.fail_job(job_id, fence, current_error)
                     else:
-                        execution.hand_back_job(job_id, attempt, worker_id=child.worker_id, reason=reason)
-                for job_id, attempt in held.items():
-                    execution.hand_back_job(job_id, attempt, worker_id=child.worker_id, reason=reason)
+                        execution.hand_back_job(job_id, fence, worker_id=child.worker_id, reason=reason)
+                for job_id, fence in held.items():
+                    execution.hand_back_job(job_id, fence, worker_id=child.worker_id, reason=reason)
                 break
             except guard.errors as exc:
                 connections.close_all()

@@ -48,11 +48,11 @@ class _Fenced(Exception):
 class ChildReport:
     """What a worker process tells its supervisor: the job it runs (if any), the
     monotonic time past which the supervisor kills it, and, after a claim, every
-    job it holds (id -> attempt). A stale ``held`` is harmless: settling a job
+    job it holds (id -> fence). A stale ``held`` is harmless: settling a job
     that moved on is a fenced no-op."""
 
     job_id: str | None
-    attempt: int | None
+    fence: int | None
     hard_deadline: float | None
     held: dict[str, int] | None = None
 
@@ -79,7 +79,7 @@ class Worker:
         # When this process last knew (from a claim or a check) that its unstarted jobs' leases held.
         self._leases_confirmed_at = 0.0
         self.stopping = False
-        # Claimed and not yet settled: id -> attempt (read by the heartbeat thread).
+        # Claimed and not yet settled: id -> fence (read by the heartbeat thread).
         self.held: dict[str, int] = {}
         self.lost: set[str] = set()
         self.completions: list[Completion] = []
@@ -152,7 +152,7 @@ class Worker:
             self.supervisor_pipe.send(
                 ChildReport(
                     job_id=current.id if current else None,
-                    attempt=current.attempt if current else None,
+                    fence=current.fence if current else None,
                     hard_deadline=hard_deadline,
                     held=dict(self.held) if with_held else None,
                 )
@@ -224,7 +224,7 @@ class Worker:
         self._leases_confirmed_at = claim_started
         self._forget(written)
         for job in claimed:
-            self.held[job.id] = job.attempt
+            self.held[job.id] = job.fence
         self.unstarted = list(claimed)
         unclaimed = set(ids) - {job.id for job in claimed}
         if unclaimed:
@@ -262,7 +262,7 @@ class Worker:
             return True
         asked = time.monotonic()
         still_held = execution.extend_leases(
-            [(pending.id, pending.attempt) for pending in self.unstarted], worker_id=self.worker_id
+            [(pending.id, pending.fence) for pending in self.unstarted], worker_id=self.worker_id
         )
         self._leases_confirmed_at = asked
         for pending in self.unstarted:
@@ -341,7 +341,7 @@ class Worker:
             finally:
                 self._disarm()
         except _Fenced:
-            execution.note_fenced(job.id, job.attempt)
+            execution.note_fenced(job.id, job.fence)
         except LeaseLost as exc:
             log.warning("job_lease_lost", job_id=job.id, attempt=job.attempt, reason=str(exc))
             self.held.pop(job.id, None)
@@ -377,13 +377,13 @@ class Worker:
             result = spec.func(dict(job.payload))
             self._disarm()
             self._check_result(result)
-            return Completion(job.id, job.attempt, result)
+            return Completion(job.id, job.fence, result)
         # Atomic mode: the handler's writes commit with the completion, or not at all.
         with transaction.atomic():
             result = spec.func(dict(job.payload))
             self._disarm()
             self._check_result(result)
-            if not execution.complete_jobs([Completion(job.id, job.attempt, result)]):
+            if not execution.complete_jobs([Completion(job.id, job.fence, result)]):
                 raise _Fenced()
         self.held.pop(job.id, None)
         return None
@@ -397,11 +397,11 @@ class Worker:
         # must still be written, so start from a working one.
         if connection.connection is not None and not connection.is_usable():
             connection.close()
-        execution.fail_job(job.id, job.attempt, error, retry=retry)
+        execution.fail_job(job.id, job.fence, error, retry=retry)
         self.held.pop(job.id, None)
 
     def _hand_back(self, job: ClaimedJob, reason: str) -> None:
-        execution.hand_back_job(job.id, job.attempt, worker_id=self.worker_id, reason=reason)
+        execution.hand_back_job(job.id, job.fence, worker_id=self.worker_id, reason=reason)
         self.held.pop(job.id, None)
 
     def _write_completions(self) -> list[Completion]:
@@ -429,10 +429,10 @@ class Worker:
         """Jobs this identity still holds belong to a dead earlier process: settle them now."""
         while not self.stopping:
             try:
-                for job_id, attempt in selectors.held_by(self.worker_id):
-                    log.warning("job_recovered_from_previous_incarnation", job_id=job_id, attempt=attempt)
+                for job_id, fence in selectors.held_by(self.worker_id):
+                    log.warning("job_recovered_from_previous_incarnation", job_id=job_id, fence=fence)
                     execution.fail_job(
-                        job_id, attempt, "worker restarted: its previous process died", retry=True
+                        job_id, fence, "worker restarted: its previous process died", retry=True
                     )
                 return
             except guard.errors as exc:
@@ -444,9 +444,9 @@ class Worker:
         for _ in range(20):
             try:
                 self._flush_completions()
-                for job_id, attempt in list(self.held.items()):
+                for job_id, fence in list(self.held.items()):
                     execution.hand_back_job(
-                        job_id, attempt, worker_id=self.worker_id, reason="worker stopped before running it"
+                        job_id, fence, worker_id=self.worker_id, reason="worker stopped before running it"
                     )
                     self.held.pop(job_id, None)
                 return
