@@ -73,6 +73,12 @@ def claim_jobs(ids: Sequence[str], *, worker_id: str) -> list[ClaimedJob]:
     return claimed
 
 
+def mark_started(job_id: str, fence: int) -> None:
+    """Set started_at to now for a claimed job that starts later than its claim."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql.query("mark_started"), {"id": job_id, "fence": fence})
+
+
 def _log_unclaimed(ids: set[str]) -> None:
     found = selectors.statuses(ids)
     for job_id in ids:

@@ -6,6 +6,8 @@ import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
+from django.db.models import Q
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from queue_app.models import Job
@@ -50,6 +52,15 @@ def not_due(ids: Iterable[str]) -> list[tuple[str, str, datetime]]:
 def has_queued(queues: Sequence[str]) -> bool:
     """Whether any job of these queues is still waiting to run (now or later)."""
     return Job.objects.filter(queue__in=list(queues), status=Status.QUEUED).exists()
+
+
+def has_due(queues: Sequence[str]) -> bool:
+    """Whether any job of these queues is waiting and may run now (not scheduled later)."""
+    return (
+        Job.objects.filter(queue__in=list(queues), status=Status.QUEUED)
+        .filter(Q(next_retry_at__isnull=True) | Q(next_retry_at__lte=Now()))
+        .exists()
+    )
 
 
 def held_by(worker_id: str) -> list[tuple[str, int]]:

@@ -63,21 +63,38 @@ def _die_with_parent() -> None:
         pass  # elsewhere the worker notices the new parent pid on its next round
 
 
-def _child_main(worker_id: str, queues: list[str], burst: bool, pipe: Connection) -> None:
+def _child_main(
+    worker_id: str, queues: list[str], burst: bool, with_scheduled: bool, pipe: Connection
+) -> None:
     from queue_app.runtime.worker import Worker
 
     _die_with_parent()
 
     # Ctrl-C reaches the whole process group; the child treats it like SIGTERM.
-    Worker(worker_id=worker_id, queues=queues, burst=burst, supervisor_pipe=pipe).run()
+    Worker(
+        worker_id=worker_id,
+        queues=queues,
+        burst=burst,
+        with_scheduled=with_scheduled,
+        supervisor_pipe=pipe,
+    ).run()
     connections.close_all()
 
 
 class Supervisor:
-    def __init__(self, *, name: str, queues: list[str], concurrency: int, burst: bool) -> None:
+    def __init__(
+        self,
+        *,
+        name: str,
+        queues: list[str],
+        concurrency: int,
+        burst: bool,
+        with_scheduled: bool = False,
+    ) -> None:
         self.name = name
         self.queues = queues
         self.burst = burst
+        self.with_scheduled = with_scheduled
         self.children = [Child(index=i, worker_id=f"{name}/{i}") for i in range(concurrency)]
         self.stopping = False
         self.stop_deadline: float | None = None
@@ -104,7 +121,7 @@ class Supervisor:
         parent_end, child_end = self._context.Pipe(duplex=False)
         child.process = self._context.Process(
             target=_child_main,
-            args=(child.worker_id, self.queues, self.burst, child_end),
+            args=(child.worker_id, self.queues, self.burst, self.with_scheduled, child_end),
             name=f"worker {child.worker_id}",
         )
         child.process.start()

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+import redis
 import structlog
 from django.db import DatabaseError, connection, transaction
 
@@ -31,12 +32,17 @@ from queue_app.engine.execution import ClaimedJob, Completion
 from queue_app.exceptions import JobTimeLimitExceeded, LeaseLost, QueueError, WorkerShutdown
 from queue_app.handlers import HandlerSpec, _current_job, get_handler
 from queue_app.payloads import check_json
+from queue_app.runtime import failpoints
 from queue_app.runtime.outages import OutageGuard
 from queue_app.states import PRIORITY_TIER
 
 log = structlog.get_logger("queue_app.worker")
 
 PROMOTE_EVERY_SECONDS = 0.5
+# A job started later than this after its claim gets started_at rewritten at its start.
+START_SLACK_SECONDS = 0.05
+# How often the heartbeat thread looks for a batch to release (WORKER_RELEASE_AFTER_SECONDS).
+RELEASE_CHECK_SECONDS = 0.1
 MAX_RESULT_BYTES = 10 * 1024 * 1024
 
 
@@ -64,6 +70,7 @@ class Worker:
         worker_id: str,
         queues: Sequence[str],
         burst: bool = False,
+        with_scheduled: bool = False,
         supervisor_pipe: Connection | None = None,
     ) -> None:
         settings = queue_settings()
@@ -72,9 +79,12 @@ class Worker:
         # (queue, is strict FIFO) pairs: which Redis structure each served queue uses.
         self.queue_layouts = [(queue, settings.QUEUES[queue]) for queue in self.queues]
         self.burst = burst
+        self.with_scheduled = with_scheduled
         self.supervisor_pipe = supervisor_pipe
         self.batch_size = settings.WORKER_BATCH_SIZE
         self.poll_seconds = settings.WORKER_POLL_SECONDS
+        self.claim_ahead_seconds = settings.WORKER_CLAIM_AHEAD_SECONDS
+        self.release_after_seconds = settings.WORKER_RELEASE_AFTER_SECONDS
         self.heartbeat_seconds = settings.HEARTBEAT_SECONDS
         # When this process last knew (from a claim or a check) that its unstarted jobs' leases held.
         self._leases_confirmed_at = 0.0
@@ -83,8 +93,14 @@ class Worker:
         self.held: dict[str, int] = {}
         self.lost: set[str] = set()
         self.completions: list[Completion] = []
-        # Claimed in the current batch and not started yet.
+        # Claimed in the current batch and not started yet (the heartbeat thread may
+        # release them while a handler runs: both threads take them under the lock).
         self.unstarted: list[ClaimedJob] = []
+        self._batch_lock = threading.Lock()
+        self._claimed_at = 0.0
+        # Smoothed seconds per job in this process: sizes the next claim.
+        self._seconds_per_job: float | None = None
+        self._next_queue = 0
         self.current: ClaimedJob | None = None
         self.soft_deadline: float | None = None
         self.shutdown_deadline: float | None = None
@@ -192,7 +208,7 @@ class Worker:
             log.info("worker_stopped", worker=self.worker_id, processed=self.processed)
 
     def _step(self) -> bool:
-        """One round: flush, promote, pop, claim, run. False when a burst worker is done."""
+        """One round: upkeep, pop, claim, run. False when a burst worker is done."""
         if self.supervisor_pipe is not None and os.getppid() != self._parent_pid:
             log.warning("supervisor_gone", worker=self.worker_id)
             return False  # orphaned: stop cleanly rather than run unsupervised
@@ -200,21 +216,53 @@ class Worker:
             # The rest of a batch a store error interrupted: back to the queue, not counted.
             self._hand_back_unstarted("not started: a store error interrupted its batch")
         client = broker.get_client()
-        self._promote_due(client)
-        ids = broker.pop_ready(client, self.queue_layouts, self.batch_size)
-        if not ids:
+        self._upkeep(client)
+        popped = self._reserve(client)
+        if not popped:
             self._flush_completions()
-            if self.burst and not self.held and not selectors.has_queued(self.queues):
+            if self.burst and not self.held and not self._work_left():
                 return False
-            ids = broker.wait_ready(client, self.queue_layouts, self.poll_seconds)
-            if not ids:
-                return True
-        # A crash (or outage) from here until the claim commits loses these ids from
-        # Redis only; the jobs are still queued in PostgreSQL and the reconciler re-adds them.
-        self._process(ids)
+            broker.wait_for_work(client, self.queues, self.poll_seconds)
+            return True
+        # A crash from here until the claim commits leaves the ids in the in-flight
+        # sets; the next sweep (any worker's upkeep) puts them back within seconds.
+        failpoints.hit("worker.after_pop")
+        self._process(client, popped)
         return True
 
-    def _process(self, ids: list[str]) -> None:
+    def _work_left(self) -> bool:
+        """For a burst worker: a queued job that is due (or, with_scheduled, any queued job)."""
+        if self.with_scheduled:
+            return selectors.has_queued(self.queues)
+        return selectors.has_due(self.queues)
+
+    def _claim_size(self) -> int:
+        """How many jobs to claim at once: as many as recent durations say will start
+        within WORKER_CLAIM_AHEAD_SECONDS (one while nothing has run yet), at most the batch
+        size. A claimed job is one no other worker can run."""
+        if self._seconds_per_job is None:
+            return 1
+        fit = int(self.claim_ahead_seconds / max(self._seconds_per_job, 1e-6))
+        return max(1, min(self.batch_size, fit))
+
+    def _reserve(self, client) -> dict[str, list[str]]:
+        """Pop ids into the in-flight sets, queue by queue in round-robin order: each round
+        starts at the next queue, so a flooded queue cannot starve the others."""
+        want = self._claim_size()
+        start = self._next_queue
+        self._next_queue = (start + 1) % len(self.queue_layouts)
+        popped: dict[str, list[str]] = {}
+        for queue, fifo in self.queue_layouts[start:] + self.queue_layouts[:start]:
+            ids = broker.reserve(client, queue, fifo, want)
+            if ids:
+                popped[queue] = ids
+                want -= len(ids)
+                if want <= 0:
+                    break
+        return popped
+
+    def _process(self, client, popped: dict[str, list[str]]) -> None:
+        ids = [job_id for queue_ids in popped.values() for job_id in queue_ids]
         # Taken before the claim: the new leases run at least LEASE_SECONDS from here.
         claim_started = time.monotonic()
         # The previous batch's completions and this claim share one commit.
@@ -222,24 +270,33 @@ class Worker:
             written = self._write_completions()
             claimed = execution.claim_jobs(ids, worker_id=self.worker_id)
         self._leases_confirmed_at = claim_started
+        self._claimed_at = claim_started
         self._forget(written)
+        try:
+            broker.acknowledge(client, popped)
+        except redis.RedisError as exc:
+            # Unacknowledged ids return to ready at their deadline: duplicates the claim drops.
+            log.warning("pop_not_acknowledged", worker=self.worker_id, error=str(exc)[:300])
         for job in claimed:
             self.held[job.id] = job.fence
-        self.unstarted = list(claimed)
+        with self._batch_lock:
+            self.unstarted = list(claimed)
         unclaimed = set(ids) - {job.id for job in claimed}
         if unclaimed:
             self._put_back_not_due(unclaimed)
         self._tell_supervisor(with_held=True)
-        while self.unstarted:
-            if self.stopping:
-                self._hand_back_unstarted("worker stopping before the job started")
-                break
-            job = self.unstarted[0]
+        while True:
+            with self._batch_lock:
+                if not self.unstarted:
+                    break
+                if self.stopping:
+                    self._hand_back_unstarted("worker stopping before the job started")
+                    break
+                job = self.unstarted.pop(0)
             if not self._still_holds(job):
                 continue
-            self.unstarted.pop(0)
             try:
-                self.run_job(job)
+                self.run_job(job, late=time.monotonic() - claim_started > START_SLACK_SECONDS)
             except OutageGuard.errors:
                 # Settling this job failed (a store is unreachable). Stop vouching for it: its
                 # lease runs out and the reconciler counts the attempt as failed. Kept in held,
@@ -261,15 +318,18 @@ class Worker:
         if fresh and job.id not in self.lost:
             return True
         asked = time.monotonic()
+        with self._batch_lock:
+            pending = [job, *self.unstarted]
         still_held = execution.extend_leases(
-            [(pending.id, pending.fence) for pending in self.unstarted], worker_id=self.worker_id
+            [(item.id, item.fence) for item in pending], worker_id=self.worker_id
         )
         self._leases_confirmed_at = asked
-        for pending in self.unstarted:
-            if pending.id not in still_held:
-                log.warning("job_lease_lost_before_start", job_id=pending.id, attempt=pending.attempt)
-                self.held.pop(pending.id, None)
-        self.unstarted = [pending for pending in self.unstarted if pending.id in still_held]
+        for item in pending:
+            if item.id not in still_held:
+                log.warning("job_lease_lost_before_start", job_id=item.id, fence=item.fence)
+                self.held.pop(item.id, None)
+        with self._batch_lock:
+            self.unstarted = [item for item in self.unstarted if item.id in still_held]
         return job.id in still_held
 
     def _hand_back_unstarted(self, reason: str) -> None:
@@ -278,6 +338,17 @@ class Worker:
         while self.unstarted:
             self._hand_back(self.unstarted[0], reason)
             self.unstarted.pop(0)
+
+    def release_unstarted(self) -> None:
+        """Called by the heartbeat thread while a handler runs: jobs of the batch still
+        waiting WORKER_RELEASE_AFTER_SECONDS after their claim go back to the queue
+        (uncounted), so an idle worker runs them instead of them waiting behind a slow job."""
+        if self.current is None or time.monotonic() - self._claimed_at < self.release_after_seconds:
+            return
+        with self._batch_lock:
+            released, self.unstarted = self.unstarted, []
+        for job in released:
+            self._hand_back(job, "released: the job claimed before it is still running")
 
     def _put_back_not_due(self, ids: set[str]) -> None:
         """Ids promoted a little early (clocks differ) go back to the retry set."""
@@ -291,13 +362,17 @@ class Worker:
                 ),
             )
 
-    def _promote_due(self, client) -> None:
-        """Move due ids from retry sets to ready structures (tiers looked up in PostgreSQL)."""
+    def _upkeep(self, client) -> None:
+        """Every PROMOTE_EVERY_SECONDS: move due ids from retry sets to ready structures
+        (tiers looked up in PostgreSQL), and put back popped ids nobody acknowledged."""
         if time.monotonic() - self._last_promote < PROMOTE_EVERY_SECONDS:
             return
         self._last_promote = time.monotonic()
-        fifo = dict(self.queue_layouts)
-        for queue in self.queues:
+        fifo_by_queue = dict(self.queue_layouts)
+        for queue, fifo in self.queue_layouts:
+            returned = broker.return_expired(client, queue, fifo)
+            if returned:
+                log.warning("popped_ids_returned", queue=queue, count=returned)
             taken = broker.take_due(client, queue)
             if not taken:
                 continue
@@ -311,7 +386,7 @@ class Worker:
                         "enqueue",
                         job_id,
                         job_queue,
-                        fifo.get(job_queue, False),
+                        fifo_by_queue.get(job_queue, False),
                         broker.priority_score(PRIORITY_TIER[priority], enqueued_at),
                     )
                     for job_id, job_queue, priority, enqueued_at, _ in rows
@@ -321,18 +396,22 @@ class Worker:
 
     # --- running one job --------------------------------------------------------
 
-    def run_job(self, job: ClaimedJob) -> None:
+    def run_job(self, job: ClaimedJob, *, late: bool = False) -> None:
+        """Run one claimed job and settle it. ``late``: it starts noticeably after its
+        claim (which set started_at), so started_at is set again now."""
+        started = time.monotonic()
         try:
             spec = get_handler(job.type)
         except QueueError as exc:
             self._settle_failure(job, str(exc), retry=False)
             return
+        if late:
+            execution.mark_started(job.id, job.fence)
         self._limit = spec.time_limit or queue_settings().DEFAULT_TIME_LIMIT_SECONDS
         self.current = job
         self.soft_deadline = time.monotonic() + self._limit
         self._tell_supervisor()
         token = _current_job.set(job)
-        started = time.monotonic()
         log.debug("job_started", job_id=job.id, type=job.type, attempt=job.attempt, worker=self.worker_id)
         try:
             try:
@@ -364,12 +443,10 @@ class Worker:
             _current_job.reset(token)
             self.current = None
             self._tell_supervisor()
-            log.debug(
-                "job_finished",
-                job_id=job.id,
-                attempt=job.attempt,
-                seconds=round(time.monotonic() - started, 4),
-            )
+            seconds = time.monotonic() - started
+            previous = self._seconds_per_job
+            self._seconds_per_job = seconds if previous is None else 0.8 * previous + 0.2 * seconds
+            log.debug("job_finished", job_id=job.id, attempt=job.attempt, seconds=round(seconds, 4))
 
     def _call(self, spec: HandlerSpec, job: ClaimedJob) -> Completion | None:
         """Run the handler; returns a completion to batch, or None when already written."""
@@ -457,7 +534,8 @@ class Worker:
 
 
 class Heartbeat(threading.Thread):
-    """Extends the leases this worker holds, on its own database connection."""
+    """Extends the leases this worker holds, on its own database connection, and
+    releases the unstarted rest of a batch that waits behind a slow job."""
 
     def __init__(self, worker: Worker) -> None:
         super().__init__(name=f"heartbeat {worker.worker_id}", daemon=True)
@@ -466,9 +544,19 @@ class Heartbeat(threading.Thread):
         self._stopped = threading.Event()
 
     def run(self) -> None:
+        next_beat = time.monotonic() + self.interval
         try:
-            while not self._stopped.wait(self.interval):
-                self.beat()
+            while not self._stopped.wait(RELEASE_CHECK_SECONDS):
+                try:
+                    self.worker.release_unstarted()
+                except OutageGuard.errors as exc:
+                    # What was not handed back keeps its lease; the heartbeat below stops
+                    # extending nothing it no longer holds, and the fence absorbs the rest.
+                    log.warning("release_failed", worker=self.worker.worker_id, error=str(exc)[:300])
+                    connection.close()
+                if time.monotonic() >= next_beat:
+                    next_beat = time.monotonic() + self.interval
+                    self.beat()
         finally:
             connection.close()
 

@@ -34,7 +34,7 @@ def test_a_handler_that_cuts_its_connection_fails_on_a_new_one_and_the_batch_goe
     relay = Relay(poll_seconds=0.1)
     relay_thread = threading.Thread(target=_relay, args=(relay,), daemon=True)
     relay_thread.start()
-    worker = Worker(worker_id="batch-worker", queues=["default"], burst=True)
+    worker = Worker(worker_id="batch-worker", queues=["default"], burst=True, with_scheduled=True)
     timed_out = threading.Event()
 
     def stop_the_worker() -> None:

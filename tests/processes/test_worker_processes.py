@@ -5,6 +5,7 @@ import subprocess
 
 import pytest
 
+from queue_app import broker
 from queue_app.models import Job, OutboxMessage
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
 from tests.helpers import child_env, kill_group, manage, relay_all, wait_until
@@ -13,7 +14,7 @@ from tests.probe.models import Execution
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
 # A burst worker that also waits for retries due shortly.
-WAIT_FOR_RETRIES: tuple[str, ...] = ()
+WAIT_FOR_RETRIES = ("--with-scheduled",)
 
 
 def status_of(job) -> str:
@@ -175,3 +176,53 @@ def test_a_poison_job_uses_up_its_attempts_and_fails_while_others_run(processes,
         "failed",
     ]
     assert {status_of(job) for job in others} == {"completed"}
+
+
+def test_ids_popped_by_a_worker_killed_before_its_claim_come_back_without_the_reconciler(
+    processes, redis_client
+):
+    job = enqueue_job("probe.run")
+    relay_all()
+    doomed = manage(
+        "runworker", env=child_env(JOBSITE_FAILPOINTS="worker.after_pop=kill"), stderr=subprocess.DEVNULL
+    )
+    processes.append(doomed)
+    # The child moves the id into the in-flight set, then SIGKILLs itself before claiming.
+    wait_until(
+        lambda: redis_client.zscore(broker.inflight_key("default"), str(job.id)) is not None,
+        message="the pop",
+    )
+    kill_group(doomed)
+    assert status_of(job) == "queued" and redis_client.zcard(broker.priority_key("default")) == 0
+    # No reconciler runs: the next worker's sweep returns the id once its deadline passes
+    # (INFLIGHT_SECONDS), well inside this bound (a reconciler would need its grace + interval).
+    worker = manage("runworker", stderr=subprocess.DEVNULL)
+    processes.append(worker)
+    wait_until(lambda: status_of(job) == "completed", timeout=30, message="the job to run")
+    job.refresh_from_db()
+    assert job.attempts == 1 and Execution.objects.filter(job_id=job.id).count() == 1
+    assert redis_client.zcard(broker.inflight_key("default")) == 0
+    stop(worker)
+
+
+def test_short_jobs_are_not_held_behind_a_long_one(processes):
+    """Default settings, 2 worker processes: a 30 s job claimed in a batch does not keep
+    the jobs claimed with it from the idle process (Oban's demand-based fetch)."""
+    first = enqueue_jobs([JobRequest(type="probe.run") for _ in range(20)])
+    long = enqueue_job("probe.run", {"sleep": 30})
+    rest = enqueue_jobs([JobRequest(type="probe.run") for _ in range(20)])
+    relay_all()
+    worker = manage("runworker", "--concurrency", "2", stderr=subprocess.DEVNULL)
+    relay = manage("runrelay", stderr=subprocess.DEVNULL)  # carries released jobs back to Redis
+    processes.extend([worker, relay])
+    short = [job.id for job in first + rest]
+    wait_until(
+        lambda: Job.objects.filter(id__in=short, status="completed").count() == 40,
+        timeout=25,  # the long job is still sleeping at this point
+        message="the 40 short jobs",
+    )
+    assert status_of(long) == "processing"
+    assert not Execution.objects.filter(job_id=long.id, finished_at__isnull=False).exists()
+    assert Execution.objects.filter(job_id__in=short).count() == 40
+    # A claimed job that was released went back uncounted and ran once.
+    assert set(Job.objects.filter(id__in=short).values_list("attempts", flat=True)) == {1}

@@ -16,3 +16,7 @@ WITH claimed AS (
       FROM claimed
 )
 SELECT id, type, queue, payload, attempts, max_attempts, fence FROM claimed
+
+-- name: mark_started
+UPDATE jobs SET started_at = now()
+ WHERE id = %(id)s AND status = 'processing' AND fence = %(fence)s
