@@ -31,10 +31,13 @@ from queue_app.conf import queue_settings
 from queue_app.engine import execution
 from queue_app.runtime.outages import OutageGuard
 from queue_app.runtime.worker import ChildReport
+from queue_app.runtime.worker_name import WorkerNameInUse, WorkerNameLock
 
 log = structlog.get_logger("queue_app.supervisor")
 
 RESTART_BACKOFF_SECONDS = 1.0
+# How often the supervisor checks that the session holding its name's lock is alive.
+NAME_CHECK_SECONDS = 5.0
 PR_SET_PDEATHSIG = 1
 
 
@@ -64,11 +67,21 @@ def _die_with_parent() -> None:
 
 
 def _child_main(
-    worker_id: str, queues: list[str], burst: bool, with_scheduled: bool, pipe: Connection
+    worker_id: str,
+    queues: list[str],
+    burst: bool,
+    with_scheduled: bool,
+    pipe: Connection,
+    name_lock_fd: int | None,
 ) -> None:
     from queue_app.runtime.worker import Worker
 
     _die_with_parent()
+    if name_lock_fd is not None:
+        # The name lock's session must end when the supervisor dies, not when the
+        # last child (still finishing its job) lets go of an inherited socket.
+        # Closing the descriptor sends nothing: the parent's session stays open.
+        os.close(name_lock_fd)
 
     # Ctrl-C reaches the whole process group; the child treats it like SIGTERM.
     Worker(
@@ -99,6 +112,8 @@ class Supervisor:
         self.stopping = False
         self.stop_deadline: float | None = None
         self._context = multiprocessing.get_context("fork")
+        self._name_lock = WorkerNameLock(name)
+        self._name_checked = 0.0
 
     def _on_stop(self, signum, frame) -> None:
         if self.stopping:
@@ -121,7 +136,14 @@ class Supervisor:
         parent_end, child_end = self._context.Pipe(duplex=False)
         child.process = self._context.Process(
             target=_child_main,
-            args=(child.worker_id, self.queues, self.burst, self.with_scheduled, child_end),
+            args=(
+                child.worker_id,
+                self.queues,
+                self.burst,
+                self.with_scheduled,
+                child_end,
+                self._name_lock.fileno(),
+            ),
             name=f"worker {child.worker_id}",
         )
         child.process.start()
@@ -130,7 +152,38 @@ class Supervisor:
         child.current, child.hard_deadline, child.held = None, None, {}
         log.info("worker_process_started", worker=child.worker_id, pid=child.process.pid)
 
+    def _take_name(self) -> None:
+        """Hold this worker name's lock; raises WorkerNameInUse if another worker has it."""
+        guard = OutageGuard(f"supervisor {self.name}")
+        while True:
+            try:
+                self._name_lock.acquire()
+                self._name_checked = time.monotonic()
+                return
+            except guard.errors as exc:
+                guard.failed(exc)
+
+    def _keep_name(self) -> None:
+        """After a PostgreSQL restart the lock's session is gone: take the lock again.
+        If another worker took the name meanwhile, this one stops (its jobs go back)."""
+        if time.monotonic() - self._name_checked < NAME_CHECK_SECONDS:
+            return
+        self._name_checked = time.monotonic()
+        if self._name_lock.still_held():
+            return
+        try:
+            self._name_lock.acquire()
+            log.info("worker_name_lock_taken_again", name=self.name)
+        except WorkerNameInUse:
+            log.error("worker_name_in_use", name=self.name, action="stopping")
+            self._on_stop(signal.SIGTERM, None)
+        except OutageGuard.errors as exc:
+            log.warning("worker_name_lock_unavailable", name=self.name, error=str(exc)[:300])
+
     def run(self) -> int:
+        """Run until stopped (or, in burst mode, until every child is done). Raises
+        WorkerNameInUse, before starting anything, if the name is taken."""
+        self._take_name()
         previous = {s: signal.signal(s, self._on_stop) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
             for child in self.children:
@@ -142,12 +195,14 @@ class Supervisor:
                 self._read_reports(timeout=0.2)
                 self._enforce_hard_limits()
                 self._reap()
+                self._keep_name()
                 if self.stopping and self.stop_deadline and time.monotonic() > self.stop_deadline:
                     for child in alive:
                         self._kill(child, "shutdown grace period ended")
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+            self._name_lock.release()
         log.info("supervisor_stopped", name=self.name)
         return 0
 

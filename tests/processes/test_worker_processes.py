@@ -226,3 +226,60 @@ def test_short_jobs_are_not_held_behind_a_long_one(processes):
     assert Execution.objects.filter(job_id__in=short).count() == 40
     # A claimed job that was released went back uncounted and ran once.
     assert set(Job.objects.filter(id__in=short).values_list("attempts", flat=True)) == {1}
+
+
+def test_a_second_worker_with_a_running_workers_name_is_refused(processes):
+    first = manage("runworker", "--name=twin", stderr=subprocess.DEVNULL)
+    processes.append(first)
+    job = enqueue_job("probe.run")
+    relay_all()
+    wait_until(lambda: status_of(job) == "completed", message="the first worker to run")
+    second = manage("runworker", "--name=twin", stderr=subprocess.PIPE, text=True)
+    processes.append(second)
+    _, err = second.communicate(timeout=60)
+    assert second.returncode == 1
+    assert "--name: a worker named 'twin' is already running" in err
+    assert first.poll() is None  # the first one is untouched
+    # Once the first is gone (even by SIGKILL, children included), the name is free again.
+    kill_group(first)
+    third = manage("runworker", "--name=twin", "--burst", stderr=subprocess.DEVNULL)
+    processes.append(third)
+    assert third.wait(timeout=60) == 0
+
+
+def test_burst_exits_when_nothing_is_due_and_with_scheduled_waits(processes, redis_client):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    later = enqueue_job("probe.run", run_at=timezone.now() + timedelta(hours=1))
+    now = enqueue_job("probe.run")
+    relay_all()
+    burst = manage("runworker", "--burst", stderr=subprocess.DEVNULL)
+    processes.append(burst)
+    assert burst.wait(timeout=60) == 0  # as RQ's burst and Oban's drain: what is due, then exit
+    assert status_of(now) == "completed"
+    assert status_of(later) == "queued"
+    # --with-scheduled waits for what is scheduled (here: brought forward to seconds from now).
+    due = timezone.now() + timedelta(seconds=2)
+    Job.objects.filter(id=later.id).update(next_retry_at=due)
+    redis_client.zadd(broker.retry_key("default"), {str(later.id): broker.due_score(due)})
+    waiting = manage("runworker", "--burst", "--with-scheduled", stderr=subprocess.DEVNULL)
+    processes.append(waiting)
+    assert waiting.wait(timeout=60) == 0
+    assert status_of(later) == "completed"
+
+
+def test_a_flood_in_one_queue_does_not_stop_another(processes, queue_config):
+    queue_config(QUEUES="default,flood,trickle")
+    env = child_env(JOBQUEUE_QUEUES="default,flood,trickle")
+    enqueue_jobs([JobRequest(type="probe.run", queue="flood") for _ in range(3000)])
+    relay_all()
+    worker = manage("runworker", "--queues=flood,trickle", env=env, stderr=subprocess.DEVNULL)
+    processes.append(worker)
+    wait_until(lambda: Job.objects.filter(queue="flood", status="completed").exists(), message="a start")
+    trickle = enqueue_job("probe.run", queue="trickle")
+    relay_all()
+    wait_until(lambda: status_of(trickle) == "completed", timeout=60, message="the other queue's job")
+    # Served while the flood was still being drained, not after it.
+    assert Job.objects.filter(queue="flood", status="queued").count() > 1000

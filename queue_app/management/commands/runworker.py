@@ -4,6 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from queue_app.conf import queue_settings
 from queue_app.runtime.supervisor import Supervisor, default_name
+from queue_app.runtime.worker_name import WorkerNameInUse
 
 
 class Command(BaseCommand):
@@ -25,8 +26,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--name",
             help="worker identity (default host:pid). Restarting with the same name settles the "
-            "jobs the previous process held at once instead of after their lease; "
-            "never run two workers with one name.",
+            "jobs the previous process held at once instead of after their lease. "
+            "A second worker with a name already running is refused.",
         )
 
     def handle(
@@ -50,4 +51,10 @@ class Command(BaseCommand):
             burst=burst,
             with_scheduled=with_scheduled,
         )
-        supervisor.run()
+        try:
+            supervisor.run()
+        except WorkerNameInUse:
+            raise CommandError(
+                f"--name: a worker named {supervisor.name!r} is already running; "
+                "stop it first, or give this one another name"
+            ) from None
