@@ -340,14 +340,29 @@ class Worker:
             self._hand_back(self.unstarted[0], reason)
             self.unstarted.pop(0)
 
-    def release_unstarted(self) -> None:
-        """Called by the heartbeat thread while a handler runs: jobs of the batch still
-        waiting WORKER_RELEASE_AFTER_SECONDS after their claim go back to the queue
-        (uncounted), so an idle worker runs them instead of them waiting behind a slow job."""
-        if self.current is None or time.monotonic() - self._claimed_at < self.release_after_seconds:
+    def release_batch(self) -> None:
+        """Called by the heartbeat thread while a handler runs: once a claim is
+        WORKER_RELEASE_AFTER_SECONDS old, the jobs of it not started yet go back to the
+        queue (uncounted), so an idle worker runs them instead of them waiting behind a
+        slow job, and the completions batched so far are written, so finished jobs do not
+        show as processing for as long as the slow one runs."""
+        if time.monotonic() - self._claimed_at < self.release_after_seconds:
             return
         with self._batch_lock:
+            # current is None between jobs: the main thread is settling or claiming.
+            if self.current is None or not (self.unstarted or self.completions):
+                return
             released, self.unstarted = self.unstarted, []
+            finished, self.completions = self.completions, []
+        try:
+            with transaction.atomic():
+                execution.complete_jobs(finished)
+        except BaseException:
+            with self._batch_lock:
+                self.completions = finished + self.completions  # written by the main thread later
+            raise
+        for completion in finished:
+            self.held.pop(completion.job_id, None)
         for job in released:
             self._hand_back(job, "released: the job claimed before it is still running")
 
@@ -437,7 +452,8 @@ class Worker:
             self._settle_failure(job, "".join(traceback.format_exception(exc)).strip(), retry=retry)
         else:
             if outcome is not None:
-                self.completions.append(outcome)
+                with self._batch_lock:  # the heartbeat thread may be taking the list
+                    self.completions.append(outcome)
             else:
                 self.held.pop(job.id, None)
         finally:
@@ -484,7 +500,8 @@ class Worker:
 
     def _write_completions(self) -> list[Completion]:
         """Write batched completions (the caller commits); returns what was written."""
-        pending = list(self.completions)
+        with self._batch_lock:
+            pending = list(self.completions)
         if pending:
             execution.complete_jobs(pending)
         return pending
@@ -492,7 +509,11 @@ class Worker:
     def _forget(self, written: list[Completion]) -> None:
         """After the commit: the jobs are settled. On an outage nothing is forgotten and
         the completions are written on the next try."""
-        self.completions = self.completions[len(written) :]
+        if not written:
+            return
+        with self._batch_lock:
+            done = {id(completion) for completion in written}
+            self.completions = [c for c in self.completions if id(c) not in done]
         for completion in written:
             self.held.pop(completion.job_id, None)
 
@@ -549,7 +570,7 @@ class Heartbeat(threading.Thread):
         try:
             while not self._stopped.wait(RELEASE_CHECK_SECONDS):
                 try:
-                    self.worker.release_unstarted()
+                    self.worker.release_batch()
                 except OutageGuard.errors as exc:
                     # What was not handed back keeps its lease; the heartbeat below stops
                     # extending nothing it no longer holds, and the fence absorbs the rest.
