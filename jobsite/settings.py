@@ -7,6 +7,7 @@ can be set here as ``JOBQUEUE_<KEY>``.
 """
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -30,6 +31,17 @@ def _env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name} must be a boolean (1/0, true/false), not {value!r}.")
 
 
+def _env_int(name: str, default: int, minimum: int = 0) -> int:
+    value = os.environ.get(name, "")
+    try:
+        number = int(value) if value else default
+    except ValueError:
+        number = minimum - 1
+    if number < minimum:
+        raise ImproperlyConfigured(f"{name} must be an integer >= {minimum}, not {value!r}.")
+    return number
+
+
 def _env_list(name: str, default: str) -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
@@ -51,6 +63,8 @@ ALLOWED_HOSTS = _env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]" if DEBUG 
 CSRF_TRUSTED_ORIGINS = _env_list("CSRF_TRUSTED_ORIGINS", "")
 
 INSTALLED_APPS = [
+    # Before the admin: its admin/index.html adds the dashboard link to the admin index.
+    "queue_app",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -62,7 +76,6 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
-    "queue_app",
 ]
 # Extra apps for tests and fault-injection runs (e.g. the probe app under tests/).
 INSTALLED_APPS += _env_list("JOBSITE_EXTRA_APPS", "")
@@ -97,6 +110,16 @@ TEMPLATES = [
 WSGI_APPLICATION = "jobsite.wsgi.application"
 ASGI_APPLICATION = "jobsite.asgi.application"
 
+# The web server (gunicorn, configured in jobsite/gunicorn_conf.py): processes,
+# threads per process (each keeps its client connections alive), how long a
+# request may run before its process is replaced, how long an idle keep-alive
+# connection stays open, and how long a stopping process may finish requests.
+WEB_WORKERS = _env_int("WEB_WORKERS", 2, minimum=1)
+WEB_THREADS = _env_int("WEB_THREADS", 4, minimum=1)
+WEB_TIMEOUT = _env_int("WEB_TIMEOUT", 30, minimum=1)
+WEB_KEEPALIVE = _env_int("WEB_KEEPALIVE", 5, minimum=0)
+WEB_GRACEFUL_TIMEOUT = _env_int("WEB_GRACEFUL_TIMEOUT", 30, minimum=0)
+
 DATABASE_URL = os.environ.get("DATABASE_URL") or embedded.postgres_url()
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
 # A socket directory given as ?host=... belongs in HOST, where every tool looks.
@@ -108,6 +131,11 @@ if _env_bool("DATABASE_POOL", True):
         "max_size": int(os.environ.get("DATABASE_POOL_MAX_SIZE", "10")),
         "timeout": float(os.environ.get("DATABASE_POOL_TIMEOUT", "10")),
     }
+
+# Behind PgBouncer in transaction mode: no server-side cursors, no prepared statements.
+if _env_bool("DATABASE_PGBOUNCER", False):
+    DISABLE_SERVER_SIDE_CURSORS = True
+    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = None
 
 REDIS_URL = os.environ.get("REDIS_URL") or embedded.redis_url()
 CACHES = {
@@ -123,6 +151,17 @@ CACHES = {
 }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Django's ModelBackend, refusing every login of a client with too many recent
+# failures (queue_app/api/auth_failures.py).
+AUTHENTICATION_BACKENDS = ["queue_app.api.auth_failures.LimitedModelBackend"]
+# Failed logins and failed token checks allowed per client address, in DRF's rate form
+# (count/period); empty turns the limit off.
+AUTH_FAILURE_RATE = os.environ.get("AUTH_FAILURE_RATE", "20/hour")
+if AUTH_FAILURE_RATE and not re.fullmatch(r"[0-9]+/(s|m|h|d)[a-z]*", AUTH_FAILURE_RATE):
+    raise ImproperlyConfigured(
+        f"AUTH_FAILURE_RATE must look like 20/hour (count/second|minute|hour|day), not {AUTH_FAILURE_RATE!r}."
+    )
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -151,7 +190,7 @@ if _env_bool("SECURE_PROXY_SSL_HEADER", False):
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "queue_app.api.auth_failures.LimitedTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -165,6 +204,10 @@ REST_FRAMEWORK = {
         "user": os.environ.get("API_THROTTLE_USER") or None,
         "anon": os.environ.get("API_THROTTLE_ANON") or None,
     },
+    # How many proxies in front of the app append to X-Forwarded-For: the client is the
+    # address that many entries from the right. 0 (the default) ignores the header, which
+    # a client can write anything into, and identifies clients by the socket's address.
+    "NUM_PROXIES": _env_int("NUM_PROXIES", 0),
     # One JSON error shape for every error, QueueError subclasses included.
     "EXCEPTION_HANDLER": "queue_app.api.errors.exception_handler",
 }
@@ -188,8 +231,15 @@ JOBQUEUE = {
     key.removeprefix("JOBQUEUE_"): value for key, value in os.environ.items() if key.startswith("JOBQUEUE_")
 }
 
-# Fault injection for tests and the chaos run only (queue_app/failpoints.py).
+# demo.echo / demo.sleep / demo.fail (queue_app/demo.py): for trying the system, not for
+# production, where any API user could submit them.
+DEMO_JOB_TYPES = _env_bool("DEMO_JOB_TYPES", DEBUG)
+
+# Fault injection for tests and the chaos run only: JOBSITE_FAILPOINTS arms named
+# points (queue_app/runtime/failpoints.py). Unset, no handler is installed and the
+# fault points in the code are a check of None.
 FAILPOINTS = os.environ.get("JOBSITE_FAILPOINTS", "")
+FAULT_POINT_HANDLER = "queue_app.runtime.failpoints.hit" if FAILPOINTS else ""
 
 LOG_FORMAT = os.environ.get("LOG_FORMAT", "console" if sys.stderr.isatty() else "json")
 LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO").upper()
@@ -215,4 +265,6 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": "WARNING"},
+    # django.tasks' own lines (enqueued / state=RUNNING / state=SUCCESSFUL|FAILED with traceback).
+    "loggers": {"django.tasks": {"handlers": ["console"], "level": LOG_LEVEL, "propagate": False}},
 }

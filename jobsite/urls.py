@@ -1,9 +1,14 @@
 """URL routes: the admin and the REST API."""
 
 from django.contrib import admin
+from django.contrib.staticfiles.urls import staticfiles_urlpatterns
 from django.urls import include, path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", include("queue_app.api.urls")),
 ]
+
+# With DEBUG only (an empty list otherwise): the app servers serve static files in
+# development; in production a proxy serves STATIC_ROOT after collectstatic.
+urlpatterns += staticfiles_urlpatterns()

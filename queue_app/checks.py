@@ -13,3 +13,38 @@ def check_jobqueue_settings(app_configs, **kwargs):
     except conf.SettingError as exc:
         return [checks.Error(str(exc), id="queue_app.E001")]
     return []
+
+
+@checks.register()
+def check_schedules(app_configs, **kwargs):
+    """Every schedule parses, names a registered handler and a configured queue."""
+    from queue_app.handlers import registered_types
+    from queue_app.schedules import ScheduleError, all_schedules
+
+    try:
+        queues = conf.queue_settings().QUEUES
+    except conf.SettingError:
+        return []  # queue_app.E001 names the bad key; schedules are checked once it is fixed
+    try:
+        schedules = all_schedules()
+    except ScheduleError as exc:
+        return [checks.Error(str(exc), id="queue_app.E002")]
+    errors = []
+    handlers = set(registered_types())
+    for schedule in schedules:
+        if schedule.type not in handlers:
+            errors.append(
+                checks.Error(
+                    f"schedule {schedule.name!r}: 'type' {schedule.type!r} is not a registered job handler",
+                    hint="Register it with @job_handler in a jobs.py module of an installed app.",
+                    id="queue_app.E003",
+                )
+            )
+        if schedule.queue not in queues:
+            errors.append(
+                checks.Error(
+                    f"schedule {schedule.name!r}: 'queue' {schedule.queue!r} is not in JOBQUEUE['QUEUES']",
+                    id="queue_app.E002",
+                )
+            )
+    return errors

@@ -6,7 +6,8 @@ are coerced here. ``queue_settings()`` re-reads under ``override_settings``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import os
+from dataclasses import dataclass, field, fields
 from functools import cache
 from typing import Any
 
@@ -38,10 +39,15 @@ class QueueSettings:
     WORKER_RELEASE_AFTER_SECONDS: float = 0.5
     MAX_PAYLOAD_BYTES: int = 256 * 1024
     MAX_PAYLOAD_DEPTH: int = 32
+    # Periodic jobs: name -> {"type", "cron", ...}, or that mapping as JSON from the
+    # environment; parsed and checked by queue_app.schedules.
+    SCHEDULES: Any = field(default_factory=dict)
+    # The longest a scheduler sleeps between looks at the schedules (pause, resume).
+    SCHEDULER_POLL_SECONDS: float = 5.0
 
 
 DEFAULT_QUEUES = {"default": False}
-_POSITIVE_KEYS = {f.name for f in fields(QueueSettings) if f.name != "QUEUES"}
+_NON_NUMERIC_KEYS = {"QUEUES", "SCHEDULES"}
 
 
 class SettingError(ValueError):
@@ -73,24 +79,35 @@ def build(raw: dict[str, Any]) -> QueueSettings:
     unknown = set(raw) - {f.name for f in fields(QueueSettings)}
     if unknown:
         raise SettingError(f"JOBQUEUE: unknown key(s) {', '.join(sorted(unknown))}")
-    values: dict[str, Any] = {"QUEUES": parse_queues(raw.get("QUEUES", DEFAULT_QUEUES))}
-    for field in fields(QueueSettings):
-        if field.name == "QUEUES" or field.name not in raw:
+    values: dict[str, Any] = {
+        "QUEUES": parse_queues(raw.get("QUEUES", DEFAULT_QUEUES)),
+        "SCHEDULES": raw.get("SCHEDULES", {}),
+    }
+    for setting in fields(QueueSettings):
+        if setting.name in _NON_NUMERIC_KEYS or setting.name not in raw:
             continue
-        kind = int if field.type in ("int", int) else float
+        kind = int if setting.type in ("int", int) else float
         try:
-            number = kind(raw[field.name])
+            number = kind(raw[setting.name])
         except (TypeError, ValueError):
             raise SettingError(
-                f"JOBQUEUE['{field.name}'] must be a number, not {raw[field.name]!r}"
+                f"JOBQUEUE['{setting.name}'] must be a number, not {raw[setting.name]!r}"
             ) from None
         if number <= 0:
-            raise SettingError(f"JOBQUEUE['{field.name}'] must be greater than 0, not {number}")
-        values[field.name] = number
+            raise SettingError(f"JOBQUEUE['{setting.name}'] must be greater than 0, not {number}")
+        values[setting.name] = number
     result = QueueSettings(**values)
     if result.HEARTBEAT_SECONDS >= result.LEASE_SECONDS:
         raise SettingError("JOBQUEUE['HEARTBEAT_SECONDS'] must be shorter than LEASE_SECONDS")
     return result
+
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def redis_url() -> str:
+    """``settings.REDIS_URL``, else the ``REDIS_URL`` environment variable, else a local Redis."""
+    return getattr(settings, "REDIS_URL", None) or os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
 
 
 @cache

@@ -1,14 +1,23 @@
-"""One base error; each subclass carries the HTTP status and code the API uses."""
+"""The errors application code may catch: one base class, each with a machine-readable code.
+
+A domain error says what went wrong (``code``) and which input it concerns
+(``field``; ``index`` for a job of an ``enqueue_jobs`` call), never how to
+answer over HTTP: the API maps codes to statuses (queue_app/api/errors.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
 
 
 class QueueError(Exception):
-    status_code = 400
     code = "queue_error"
 
-    def __init__(self, message: str, *, field: str | None = None) -> None:
+    def __init__(self, message: str, *, field: str | None = None, index: int | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.field = field
+        self.index = index
 
 
 class UnknownJobType(QueueError):
@@ -20,27 +29,44 @@ class InvalidJob(QueueError):
 
 
 class PayloadTooLarge(QueueError):
-    status_code = 413
     code = "payload_too_large"
 
 
 class JobNotFound(QueueError):
-    status_code = 404
     code = "not_found"
 
 
 class TransitionNotAllowed(QueueError):
     """The job's status does not allow this transition (e.g. cancel a finished job)."""
 
-    status_code = 409
     code = "conflict"
 
 
 class IdempotencyConflict(QueueError):
-    """The key was used with a different request, or by another owner."""
+    """The key was used with a different request."""
 
-    status_code = 422
     code = "idempotency_key_reused"
+
+
+class IdempotencyKeyInUse(QueueError):
+    """The key belongs to another owner's job; nothing about that job is revealed."""
+
+    code = "idempotency_key_in_use"
+
+
+class JobsRejected(QueueError):
+    """Jobs of one ``enqueue_jobs`` call broke a rule, so none was created.
+
+    ``errors`` holds one error per job at fault, each with its ``index`` in
+    the call and its ``field``, so a caller can name every one.
+    """
+
+    code = "jobs_rejected"
+
+    def __init__(self, errors: Sequence[QueueError], *, total: int) -> None:
+        self.errors = list(errors)
+        self.total = total
+        super().__init__(f"Rejected {len(self.errors)} of {total} jobs; none was created.")
 
 
 class JobTimeLimitExceeded(Exception):
@@ -51,12 +77,9 @@ class LeaseLost(Exception):
     """Raised inside a handler whose job was cancelled or rescued while it ran."""
 
 
+class JobCancelled(Exception):
+    """What a cancelled job reads as to django.tasks: a failure whose cause was a cancel."""
+
+
 class WorkerShutdown(BaseException):
     """Raised inside a handler still running when the shutdown grace period ends."""
-
-
-class IdempotencyKeyInUse(QueueError):
-    """The key belongs to another owner's job; nothing about that job is revealed."""
-
-    status_code = 409
-    code = "idempotency_key_in_use"

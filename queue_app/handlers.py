@@ -85,6 +85,10 @@ def registered_types(*, public: bool = False) -> list[str]:
     return sorted(name for name, spec in _registry.items() if not (public and spec.internal))
 
 
+def registered_handlers() -> list[HandlerSpec]:
+    return list(_registry.values())
+
+
 # The job the current handler call runs for (id, attempt, ...), set by the worker.
 _current_job: ContextVar = ContextVar("current_job")
 

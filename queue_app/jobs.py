@@ -1,30 +1,6 @@
-"""Built-in demo job types, for trying the system and for black-box tests."""
+"""Handler registration for queue_app itself: the demo types, only when the settings ask."""
 
-import time
-from typing import Any
+from django.conf import settings
 
-from queue_app.handlers import job_handler
-
-
-class DemoFailure(Exception):
-    """The error ``demo.fail`` raises."""
-
-
-@job_handler("demo.echo")
-def echo(payload: dict[str, Any]) -> dict[str, Any]:
-    """Return the payload unchanged."""
-    return payload
-
-
-@job_handler("demo.sleep")
-def sleep(payload: dict[str, Any]) -> dict[str, float]:
-    """Sleep ``payload["seconds"]`` (default 1) seconds."""
-    seconds = float(payload.get("seconds", 1))
-    time.sleep(seconds)
-    return {"slept": seconds}
-
-
-@job_handler("demo.fail")
-def fail(payload: dict[str, Any]) -> None:
-    """Raise with ``payload["message"]``: exercises retries and final failure."""
-    raise DemoFailure(str(payload.get("message", "demo failure")))
+if getattr(settings, "DEMO_JOB_TYPES", False):
+    from queue_app import demo  # noqa: F401 - registers demo.echo, demo.sleep, demo.fail

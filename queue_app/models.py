@@ -4,9 +4,15 @@ import uuid
 
 from django.conf import settings
 from django.db import models
+from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Now
 
 from queue_app.states import Priority, Status
+
+
+def task_path_expression() -> KeyTextTransform:
+    """``payload->>'task'``: the import path of a django.tasks job's task."""
+    return KeyTextTransform("task", "payload")
 
 
 class Job(models.Model):
@@ -30,6 +36,8 @@ class Job(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     completed_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
+    # Import path of the exception class behind last_error ("" when no exception raised it).
+    last_error_class = models.CharField(max_length=300, blank=True, default="")
     result = models.JSONField(null=True, blank=True)
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     # Hash of the request that first used the key: same key + other body = conflict.
@@ -47,6 +55,9 @@ class Job(models.Model):
     # Lease of a running job: which worker holds it and until when.
     worker_id = models.CharField(max_length=200, blank=True, default="")
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # The django.tasks backend alias that enqueued the job ("" for other jobs): one
+    # alias never reads another's results.
+    backend = models.CharField(max_length=100, blank=True, default="")
 
     class Meta:
         db_table = "jobs"
@@ -132,3 +143,28 @@ class OutboxMessage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} {self.job_id}"
+
+
+class ScheduleState(models.Model):
+    """What the schedulers share about one periodic schedule (declared in code or settings).
+
+    ``last_tick_at`` is the tick last handled (enqueued, or passed over while
+    paused); moving it forward with a conditional UPDATE is how exactly one
+    scheduler wins each tick.
+    """
+
+    name = models.CharField(max_length=100, primary_key=True)
+    paused = models.BooleanField(default=False)
+    last_tick_at = models.DateTimeField(null=True, blank=True)
+    next_tick_at = models.DateTimeField(null=True, blank=True)
+    last_job = models.ForeignKey(
+        Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "job_schedules"
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

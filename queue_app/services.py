@@ -9,35 +9,50 @@ The engine's internals (claims, completions, leases) live in
 """
 
 from queue_app.engine.actions import cancel_job, reenqueue_job, retry_job
-from queue_app.engine.enqueue import MAX_ATTEMPTS_LIMIT, JobRequest, enqueue_job, enqueue_jobs
+from queue_app.engine.enqueue import (
+    LATEST_RUN_AT,
+    MAX_ATTEMPTS_LIMIT,
+    JobRequest,
+    check_run_at,
+    enqueue_job,
+    enqueue_jobs,
+    validate_jobs,
+)
 from queue_app.exceptions import (
     IdempotencyConflict,
     IdempotencyKeyInUse,
     InvalidJob,
     JobNotFound,
+    JobsRejected,
     PayloadTooLarge,
     QueueError,
     TransitionNotAllowed,
     UnknownJobType,
 )
 from queue_app.handlers import current_job, job_handler
+from queue_app.schedules import periodic
 
 __all__ = [
+    "LATEST_RUN_AT",
     "MAX_ATTEMPTS_LIMIT",
     "IdempotencyConflict",
     "IdempotencyKeyInUse",
     "InvalidJob",
     "JobNotFound",
     "JobRequest",
+    "JobsRejected",
     "PayloadTooLarge",
     "QueueError",
     "TransitionNotAllowed",
     "UnknownJobType",
     "cancel_job",
+    "check_run_at",
     "current_job",
     "enqueue_job",
     "enqueue_jobs",
     "job_handler",
+    "periodic",
     "reenqueue_job",
     "retry_job",
+    "validate_jobs",
 ]

@@ -1,8 +1,13 @@
-"""Job statuses and the transitions between them, as data.
+"""Job statuses, the transitions between them and the log events, as data.
 
-Every service that changes a job's status names its transition here; the
-chaos run checks each job's log trail against ``TRANSITIONS``.
+``TRANSITION_TABLE`` is what the engine consults: ``engine.transitions``
+applies a transition by name (its statement in ``engine/sql/transitions.sql``
+has the same name), and the set-based statements (the batched claim and
+completion, the lease rescue) bind their statuses and events from it. The
+chaos run and the dashboard read the same table through ``TRANSITIONS``.
 """
+
+from dataclasses import dataclass
 
 from django.db import models
 
@@ -21,22 +26,77 @@ class Priority(models.TextChoices):
     LOW = "low"
 
 
+# The internal job type that runs django.tasks ``@task`` functions (queue_app.tasks_backend).
+TASK_JOB_TYPE = "django.task"
+
 # Lower tier pops first.
 PRIORITY_TIER = {Priority.HIGH: 0, Priority.MEDIUM: 1, Priority.LOW: 2}
 
 TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
 
-# event name -> (allowed source statuses, target status)
-TRANSITIONS: dict[str, tuple[frozenset[str], str]] = {
-    "claimed": (frozenset({Status.QUEUED}), Status.PROCESSING),
-    "completed": (frozenset({Status.PROCESSING}), Status.COMPLETED),
-    "retry_scheduled": (frozenset({Status.PROCESSING}), Status.QUEUED),
-    "failed": (frozenset({Status.PROCESSING}), Status.FAILED),
-    "handed_back": (frozenset({Status.PROCESSING}), Status.QUEUED),
-    "lease_expired_requeued": (frozenset({Status.PROCESSING}), Status.QUEUED),
-    "lease_expired_failed": (frozenset({Status.PROCESSING}), Status.FAILED),
-    "cancelled": (frozenset({Status.QUEUED, Status.PROCESSING}), Status.CANCELLED),
-    "retried": (frozenset({Status.FAILED, Status.CANCELLED}), Status.QUEUED),
+
+@dataclass(frozen=True)
+class Transition:
+    """One allowed status change and what it writes besides the job row."""
+
+    name: str
+    sources: frozenset[str]
+    target: str
+    # The JobLog row written with it (event and level).
+    event: str
+    level: str
+    # The outbox action when Redis must change ("enqueue", "schedule", "remove"), else None.
+    outbox: str | None
+    # A running job's transition: fenced by the attempt number, which its log row records.
+    fenced: bool
+
+
+_RUNNING = frozenset({Status.PROCESSING})
+
+TRANSITION_TABLE: dict[str, Transition] = {
+    t.name: t
+    for t in (
+        Transition("claim", frozenset({Status.QUEUED}), Status.PROCESSING, "claimed", "info", None, False),
+        Transition("complete", _RUNNING, Status.COMPLETED, "completed", "info", None, True),
+        Transition("schedule_retry", _RUNNING, Status.QUEUED, "retry_scheduled", "warning", "schedule", True),
+        Transition("fail", _RUNNING, Status.FAILED, "failed", "error", None, True),
+        Transition("hand_back", _RUNNING, Status.QUEUED, "handed_back", "info", "enqueue", True),
+        Transition(
+            "rescue_requeue", _RUNNING, Status.QUEUED, "lease_expired_requeued", "warning", "schedule", True
+        ),
+        Transition("rescue_fail", _RUNNING, Status.FAILED, "lease_expired_failed", "error", None, True),
+        Transition(
+            "cancel",
+            frozenset({Status.QUEUED, Status.PROCESSING}),
+            Status.CANCELLED,
+            "cancelled",
+            "info",
+            "remove",
+            False,
+        ),
+        Transition(
+            "retry",
+            frozenset({Status.FAILED, Status.CANCELLED}),
+            Status.QUEUED,
+            "retried",
+            "info",
+            "enqueue",
+            False,
+        ),
+    )
 }
+
+# What a log trail walks: event -> (allowed source statuses, target status).
+TRANSITIONS: dict[str, tuple[frozenset[str], str]] = {
+    t.event: (t.sources, t.target) for t in TRANSITION_TABLE.values()
+}
+
 # The first log row of every job.
 INITIAL_EVENT = "enqueued"
+
+# Log events that record a decision, not a transition; allowed anywhere after the first row.
+COMPLETION_FENCED = "completion_fenced"  # a completion arrived after the attempt lost the job
+FAILURE_FENCED = "failure_fenced"  # likewise for a failure
+HEARTBEAT_FENCED = "heartbeat_fenced"  # a heartbeat for a lease the attempt no longer holds
+REENQUEUED = "reenqueued"  # a queued job's id pushed to Redis again
+NON_TRANSITION_EVENTS = frozenset({COMPLETION_FENCED, FAILURE_FENCED, HEARTBEAT_FENCED, REENQUEUED})

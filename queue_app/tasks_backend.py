@@ -7,25 +7,42 @@ really is a ``@task`` function, and calls it. The API never accepts this type:
 only code can name a task.
 
     TASKS = {"default": {"BACKEND": "queue_app.tasks_backend.JobQueueBackend"}}
+
+Models are imported inside functions: this module is loaded by Django's task
+registry before apps are ready, and a project without ``queue_app`` installed
+must get a ``check`` error, not an import-time crash.
 """
 
 from __future__ import annotations
 
+import traceback
+from dataclasses import dataclass
 from typing import Any
 
+from django.apps import apps
+from django.core import checks
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued, task_finished, task_started
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
-from queue_app.conf import queue_settings
+from queue_app.conf import SettingError, queue_settings
 from queue_app.handlers import current_job, job_handler
-from queue_app.models import Job
-from queue_app.services import enqueue_job
-from queue_app.states import Priority, Status
+from queue_app.states import TASK_JOB_TYPE, Priority, Status
 
-TASK_JOB_TYPE = "django.task"
+# Django's API has no retries: one attempt unless OPTIONS or @task(max_attempts=...) asks.
+DEFAULT_MAX_ATTEMPTS = 1
+# Same bound as the engine's (queue_app.engine.enqueue.MAX_ATTEMPTS_LIMIT).
+MAX_ATTEMPTS_LIMIT = 100
+OPTION_KEYS = {"MAX_ATTEMPTS"}
+CANCELLED_ERROR_CLASS = "queue_app.exceptions.JobCancelled"
+
+# Import paths of the tasks validated in this process (each @task is, when its module loads).
+_known_task_paths: set[str] = set()
 
 _STATUS = {
     Status.QUEUED: TaskResultStatus.READY,
@@ -36,68 +53,184 @@ _STATUS = {
 }
 
 
-def _priority(task_priority: int) -> str:
-    """Django's -100..100 (higher runs sooner) onto the three tiers."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobQueueTask(Task):
+    """A Task that may ask for retries: ``@task(max_attempts=3)`` (``@task`` passes extra
+    keywords to the backend's ``task_class``). None uses the backend's OPTIONS."""
+
+    max_attempts: int | None = None
+
+
+def _priority_tier(task_priority: int) -> str:
+    """Django's -100..100 (higher runs sooner) onto the three tiers Redis orders by."""
     if task_priority > 0:
         return Priority.HIGH
     return Priority.MEDIUM if task_priority == 0 else Priority.LOW
 
 
+def _valid_attempts(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_ATTEMPTS_LIMIT
+
+
 class JobQueueBackend(BaseTaskBackend):
+    task_class = JobQueueTask
     supports_defer = True
     supports_get_result = True
     supports_priority = True
 
+    def max_attempts(self, task: Task) -> int:
+        """The task's own ``max_attempts``, else the backend's OPTIONS, else one attempt."""
+        own = getattr(task, "max_attempts", None)
+        return own if own is not None else self.options.get("MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS)
+
     def validate_task(self, task: Task) -> None:
         super().validate_task(task)
-        if task.queue_name not in queue_settings().QUEUES:
+        try:
+            queues = queue_settings().QUEUES
+        except SettingError:
+            # @task runs this at import, before the system checks: leave a bad JOBQUEUE
+            # to the queue_app.E001 check, which stops the command naming the key.
+            return
+        if task.queue_name not in queues:
             raise InvalidTask(f"Queue '{task.queue_name}' is not a configured JOBQUEUE queue.")
+        if not _valid_attempts(self.max_attempts(task)):
+            raise InvalidTask(f"max_attempts must be a whole number between 1 and {MAX_ATTEMPTS_LIMIT}.")
+        _known_task_paths.add(task.module_path)
+
+    def check(self, **kwargs) -> list[checks.CheckMessage]:
+        if not apps.is_installed("queue_app"):
+            return [
+                checks.Error(
+                    f"TASKS['{self.alias}'] uses {type(self).__name__},"
+                    " which needs queue_app in INSTALLED_APPS.",
+                    id="queue_app.E101",
+                )
+            ]
+        errors = []
+        try:
+            served = queue_settings().QUEUES
+        except SettingError:
+            return []  # queue_app.E001 names the bad JOBQUEUE key; nothing to compare against
+        for name in sorted(self.queues - set(served)):
+            errors.append(
+                checks.Error(
+                    f"TASKS['{self.alias}']['QUEUES'] names {name!r}, which JOBQUEUE['QUEUES'] does not serve"
+                    f" (served: {', '.join(served)}).",
+                    id="queue_app.E102",
+                )
+            )
+        unknown = set(self.options) - OPTION_KEYS
+        if unknown:
+            errors.append(
+                checks.Error(
+                    f"TASKS['{self.alias}']['OPTIONS']: unknown key(s) {', '.join(sorted(unknown))}.",
+                    id="queue_app.E103",
+                )
+            )
+        if "MAX_ATTEMPTS" in self.options and not _valid_attempts(self.options["MAX_ATTEMPTS"]):
+            errors.append(
+                checks.Error(
+                    f"TASKS['{self.alias}']['OPTIONS']['MAX_ATTEMPTS'] must be a whole number"
+                    f" between 1 and {MAX_ATTEMPTS_LIMIT}.",
+                    id="queue_app.E104",
+                )
+            )
+        return errors
 
     def enqueue(self, task: Task, args, kwargs) -> TaskResult:
+        from queue_app.services import enqueue_job
+
         self.validate_task(task)
-        payload = {"task": task.module_path, "args": normalize_json(args), "kwargs": normalize_json(kwargs)}
+        payload = {
+            "task": task.module_path,
+            "args": normalize_json(args),
+            "kwargs": normalize_json(kwargs),
+            # What get_result() rebuilds the Task from: the tier alone loses the integer.
+            "priority": task.priority,
+            "run_after": task.run_after.isoformat() if task.run_after else None,
+        }
         job = enqueue_job(
             TASK_JOB_TYPE,
             payload,
-            priority=_priority(task.priority),
+            priority=_priority_tier(task.priority),
             queue=task.queue_name,
             run_at=task.run_after,
+            max_attempts=self.max_attempts(task),
+            backend=self.alias,
         )
-        return self._result(job, task)
+        result = self._result(job, task, worker_ids=[])
+        task_enqueued.send(type(self), task_result=result)
+        return result
 
     def get_result(self, result_id: str) -> TaskResult:
-        job = Job.objects.filter(id=result_id, type=TASK_JOB_TYPE).first() if _is_uuid(result_id) else None
+        from queue_app.engine.selectors import valid_ids
+        from queue_app.models import Job
+
+        ids = valid_ids([result_id])
+        job = Job.objects.filter(id=ids[0], type=TASK_JOB_TYPE, backend=self.alias).first() if ids else None
         if job is None:
             raise TaskResultDoesNotExist(result_id)
-        return self._result(job, _load_task(job.payload["task"]))
+        return self._result(job, _task_of(job))
 
-    def _result(self, job: Job, task: Task) -> TaskResult:
+    def _result(self, job, task: Task, *, worker_ids: list[str] | None = None) -> TaskResult:
+        status = _STATUS[job.status]
+        finished = status in (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
         result = TaskResult(
             task=task,
             id=str(job.id),
-            status=_STATUS[job.status],
-            enqueued_at=job.enqueued_at,
+            status=status,
+            # When enqueue() ran: the job's creation, never moved by a schedule or retry.
+            enqueued_at=job.created_at,
             started_at=job.started_at,
             last_attempted_at=job.started_at,
-            finished_at=job.completed_at,
+            finished_at=job.completed_at if finished else None,
             args=job.payload["args"],
             kwargs=job.payload["kwargs"],
             backend=self.alias,
-            errors=[TaskError(exception_class_path="", traceback=job.last_error)] if job.last_error else [],
-            worker_ids=[job.worker_id] if job.worker_id else [],
+            errors=_errors(job),
+            worker_ids=_worker_ids(job) if worker_ids is None else worker_ids,
         )
-        object.__setattr__(result, "_return_value", job.result)
+        successful = status == TaskResultStatus.SUCCESSFUL
+        object.__setattr__(result, "_return_value", job.result if successful else None)
         return result
 
 
-def _is_uuid(value: str) -> bool:
-    import uuid
+def known_task_paths() -> set[str]:
+    """The tasks this process knows of, for choices that must not scan the job table."""
+    return set(_known_task_paths)
 
-    try:
-        uuid.UUID(str(value))
-    except ValueError:
-        return False
-    return True
+
+def _errors(job) -> list[TaskError]:
+    """Only a finished failure carries its error: between attempts a job reads READY, cleanly."""
+    if job.status == Status.CANCELLED:
+        return [TaskError(exception_class_path=CANCELLED_ERROR_CLASS, traceback="JobCancelled: cancelled\n")]
+    if job.status != Status.FAILED:
+        return []
+    return [TaskError(exception_class_path=job.last_error_class, traceback=job.last_error)]
+
+
+def _worker_ids(job) -> list[str]:
+    """One entry per attempt, from the claim rows of the job's log (so retries keep every worker)."""
+    from queue_app.models import JobLog
+
+    if job.attempts == 0:
+        return []
+    claims = JobLog.objects.filter(job_id=job.id, event="claimed").order_by("created_at", "id")
+    worker_ids = [extra.get("worker", "") for extra in claims.values_list("extra", flat=True)]
+    # A handed-back attempt is not counted (attempts went down): keep the latest ones.
+    return worker_ids[-job.attempts :]
+
+
+def _task_of(job) -> Task:
+    """The Task as it was enqueued: its priority, queue, run_after and backend alias."""
+    task = _load_task(job.payload["task"])
+    run_after = job.payload.get("run_after")
+    return task.using(
+        priority=job.payload.get("priority", task.priority),
+        queue_name=job.queue,
+        run_after=parse_datetime(run_after) if run_after else None,
+        backend=job.backend or task.backend,
+    )
 
 
 def _load_task(module_path: str) -> Task:
@@ -110,10 +243,48 @@ def _load_task(module_path: str) -> Task:
 
 @job_handler(TASK_JOB_TYPE, internal=True)
 def run_django_task(payload: dict[str, Any]) -> Any:
-    task = _load_task(payload["task"])
+    """Run one attempt, sending task_started and (when the attempt is the last) task_finished.
+
+    The signals fire in the worker, around the call; the completion is committed
+    after task_finished, so a receiver reads the outcome from the task_result it is
+    given rather than from get_result().
+    """
+    from queue_app.models import Job
+
+    job = Job.objects.get(id=current_job().id)
+    task = _task_of(job)
+    backend = task.get_backend()
+    result = backend._result(job, task)
+    task_started.send(type(backend), task_result=result)
     args, kwargs = payload["args"], payload["kwargs"]
-    if task.takes_context:
-        backend = task.get_backend()
-        job = Job.objects.get(id=current_job().id)
-        return normalize_json(task.call(TaskContext(task_result=backend._result(job, task)), *args, **kwargs))
-    return normalize_json(task.call(*args, **kwargs))
+    try:
+        if task.takes_context:
+            value = task.call(TaskContext(task_result=result), *args, **kwargs)
+        else:
+            value = task.call(*args, **kwargs)
+        value = normalize_json(value)
+    except Exception as exc:
+        if job.attempts >= job.max_attempts:
+            _finish(result, TaskResultStatus.FAILED, error=exc)
+            task_finished.send(type(backend), task_result=result)
+        raise
+    _finish(result, TaskResultStatus.SUCCESSFUL, value=value)
+    task_finished.send(type(backend), task_result=result)
+    return value
+
+
+def _finish(
+    result: TaskResult, status: str, *, value: Any = None, error: BaseException | None = None
+) -> None:
+    """The outcome the worker is about to record, on the result the signal carries."""
+    object.__setattr__(result, "status", status)
+    object.__setattr__(result, "finished_at", timezone.now())
+    object.__setattr__(result, "_return_value", value)
+    if error is not None:
+        cls = type(error)
+        result.errors.append(
+            TaskError(
+                exception_class_path=f"{cls.__module__}.{cls.__qualname__}",
+                traceback="".join(traceback.format_exception(error)),
+            )
+        )

@@ -1,4 +1,4 @@
-"""Seed N jobs into a database of their own, then time the admin pages and print medians.
+"""Seed N jobs into a database of their own, then time the admin pages and /api/stats/ and print medians.
 
     .venv/bin/python scripts/bench_admin.py --jobs 1000000
 
@@ -7,8 +7,8 @@ and migrated when missing and re-seeded only when its job count differs from
 ``--jobs`` (or with ``--reseed``). Rows are generated inside PostgreSQL
 (INSERT ... SELECT generate_series): a million jobs with two million log rows
 take about a minute. Pages are rendered by a logged-in Django test client,
-in process, against that database; Redis is only read (the dashboard's
-depths), from the Redis of REDIS_URL.
+in process, against that database; Redis is only read (the depths and the
+ids first in line), from the Redis of REDIS_URL.
 """
 
 from __future__ import annotations
@@ -173,6 +173,7 @@ def pages() -> list[tuple[str, str]]:
         ("log list, level=error", f"{reverse('admin:queue_app_joblog_changelist')}?level__exact=error"),
         ("outbox list, pending", f"{reverse('admin:queue_app_outboxmessage_changelist')}?state=pending"),
         ("dashboard", reverse("admin:queue_app_job_dashboard")),
+        ("api stats", reverse("stats")),
     ]
 
 

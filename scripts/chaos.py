@@ -33,18 +33,23 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from chaoslib import clients, invariants, report, schedule  # noqa: E402
+from chaoslib import clients, invariants, journal, report, schedule  # noqa: E402
 from chaoslib.faults import Injector  # noqa: E402
 from chaoslib.processes import Cast, free_port, wait_for  # noqa: E402
 from chaoslib.stores import DedicatedStores, GivenStores  # noqa: E402
 
 QUEUES = {"default": False, "bulk": True}
 RECONCILE_GRACE_SECONDS = 2.0
+# Jobs submitted after the workers stopped, so the final Redis check has ready ids to verify.
+TAIL_JOBS = 30
+# How long the relays get to drain the outbox at each check point.
+DRAIN_TIMEOUT_SECONDS = 30.0
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -77,6 +82,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--redis-db", type=int, default=7, help="Redis database number (default 7)")
     parser.add_argument(
         "--settle-timeout", type=float, default=120.0, help="seconds after the faults for every job to end"
+    )
+    parser.add_argument(
+        "--min-faults-per-kind",
+        type=int,
+        default=1,
+        help="faults of each planned kind that must be applied, or the run fails (default 1)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the run folder and database")
     parser.add_argument("--plan", action="store_true", help="print the fault plan and exit")
@@ -245,6 +256,38 @@ def busy_worker_names() -> set[str]:
         return set()
 
 
+def long_jobs_by_worker() -> dict[str, tuple[str, int]]:
+    """runworker --name -> (job id, attempt) of a job it runs that sleeps at least half a second."""
+    from django.db import DatabaseError, InterfaceError, connection
+
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT split_part(worker_id, '/', 1), id::text, attempts FROM jobs"
+                " WHERE status = 'processing' AND (payload->>'sleep')::float >= 0.5 ORDER BY started_at"
+            )
+            return {name: (job_id, attempt) for name, job_id, attempt in cursor.fetchall()}
+    except (DatabaseError, InterfaceError):
+        connection.close()
+        return {}
+
+
+def reclaimed(job_id: str, attempt: int) -> bool:
+    """Whether a later attempt of the job holds it now (False while PostgreSQL is down)."""
+    from django.db import DatabaseError, InterfaceError, connection
+
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT 1 FROM jobs WHERE id = %s AND status = 'processing' AND attempts > %s",
+                [job_id, attempt],
+            )
+            return cursor.fetchone() is not None
+    except (DatabaseError, InterfaceError):
+        connection.close()
+        return False
+
+
 def manage_once(env: dict[str, str], *args: str) -> str:
     done = subprocess.run(
         [sys.executable, str(ROOT / "manage.py"), *args],
@@ -258,18 +301,44 @@ def manage_once(env: dict[str, str], *args: str) -> str:
     return done.stdout.strip()
 
 
-def cancel_far_future_jobs() -> int:
+def cancel_parked_jobs() -> int:
+    """Cancel the far-future and tail jobs (kept queued only for the Redis check), as a client
+    would: through the service layer, so the relays must carry the removals to Redis."""
+    from django.db.models import Q
+
     from queue_app.exceptions import TransitionNotAllowed
     from queue_app.models import Job
     from queue_app.services import cancel_job
 
-    ids = list(Job.objects.filter(status="queued", payload__far=True).values_list("id", flat=True))
+    parked = Job.objects.filter(Q(payload__far=True) | Q(payload__tail=True), status="queued")
+    ids = list(parked.values_list("id", flat=True))
     for job_id in ids:
         try:
             cancel_job(job_id, reason="end of the chaos run")
         except TransitionNotAllowed:
             pass
     return len(ids)
+
+
+def outbox_counts() -> tuple[int, int]:
+    """(undispatched, all) outbox rows."""
+    from queue_app.models import OutboxMessage
+
+    return OutboxMessage.objects.filter(dispatched_at__isnull=True).count(), OutboxMessage.objects.count()
+
+
+def relays_drain(cast: Cast, timeout: float = DRAIN_TIMEOUT_SECONDS) -> tuple[int, int]:
+    """Wait (restarting any process that died) for the running relays to drain the outbox;
+    returns what ``outbox_counts`` says at the end."""
+    try:
+        wait_for(
+            lambda: (cast.watch(), with_database(undispatched) == 0)[1],
+            timeout=timeout,
+            what="the outbox to drain",
+        )
+    except TimeoutError as exc:
+        print(exc)
+    return with_database(outbox_counts)
 
 
 def run(args: argparse.Namespace, folder: Path) -> int:
@@ -297,7 +366,7 @@ def run(args: argparse.Namespace, folder: Path) -> int:
 
         figures = report.Figures(seed=args.seed, jobs_planned=args.jobs, stores=stores.describe())
         submissions = exercise(args, folder, stores, cast, port, token, figures)
-        results = final_checks(env, cast, submissions, figures, folder)
+        results = final_checks(args, env, cast, submissions, figures, folder)
         figures.total_seconds = time.monotonic() - started_run
         report.collect(figures)
         text = report.render(figures, results)
@@ -351,6 +420,8 @@ def exercise(
         redis_client=broker.get_client,
         pick_ids=ids_for_stale_pushes,
         busy_workers=busy_worker_names,
+        long_jobs=long_jobs_by_worker,
+        reclaimed=reclaimed,
         seed=args.seed,
         log_path=folder / "faults.log",
     )
@@ -378,6 +449,7 @@ def exercise(
         print(exc)
     stop_clients.set()
     figures.faults_applied, figures.faults_skipped = injector.applied, injector.skipped
+    figures.faults_planned = Counter(fault.kind for fault in fault_plan(args))
     figures.api_actions, figures.api_retried_errors = api.actions, api.http_errors
     (folder / "submissions.json").write_text(
         json.dumps([{**vars(s), "spec": vars(s.spec)} for s in submissions], indent=1)
@@ -386,47 +458,94 @@ def exercise(
 
 
 def final_checks(
+    args: argparse.Namespace,
     env: dict[str, str],
     cast: Cast,
     submissions: list[clients.Submission],
     figures: report.Figures,
     folder: Path,
 ) -> list[invariants.Result]:
-    """Quiesce, reconcile once, compare Redis with PostgreSQL, then check every invariant."""
-    try:
-        wait_for(lambda: with_database(undispatched) == 0, timeout=30, what="the outbox to drain")
-    except TimeoutError as exc:
-        print(exc)
+    """Quiesce, check Redis against PostgreSQL after one reconcile, then every invariant.
+
+    Only the system's own processes move the outbox and Redis here: the relays drain the
+    outbox (checked before they stop), the one-shot reconcile repairs Redis.
+    """
+    settled_outbox = relays_drain(cast)
+    cast.watch()
     for role in ("worker", "reconciler", "relay"):
         for child in cast.by_role(role):
             cast.stop(child, timeout=30)
-    figures.failpoint_kills, figures.unexpected_exits = cast.failpoint_kills, cast.unexpected_exits
+    # From here on no fault is injected, so the relays run without the after-push failpoint:
+    # a duplicate in Redis is then a finding, not the at-least-once re-send of a killed relay.
+    for child in cast.by_role("relay"):
+        child.env = env
+        cast.start(child)
+    tail = [clients.Submission(spec) for spec in clients.plan_tail(args.seed, TAIL_JOBS)]
+    clients.ServiceClient(tail, started=time.monotonic(), stop=threading.Event()).run()
+    submissions = [*submissions, *tail]
+    relays_drain(cast)
     # Past the grace, so the reconciler judges every job rather than leaving it to the relay.
     time.sleep(RECONCILE_GRACE_SECONDS + 0.5)
     figures.reconcile_summary = manage_once(env, "reconcile_queue").splitlines()[-1]
     redis_result = with_database(lambda: invariants.check_redis_agrees(QUEUES))
-    # The far-future jobs were only there to be kept in Redis: cancel them, relay the removals.
-    with_database(cancel_far_future_jobs)
-    manage_once(env, "runrelay", "--once")
+    # The far-future and tail jobs were only there to be seen in Redis: cancel them; the
+    # relays must carry the removals, and then Redis holds nothing.
+    with_database(cancel_parked_jobs)
+    final_outbox = relays_drain(cast)
+    empty_result = with_database(invariants.check_redis_empty)
+    cast.watch()
+    for role in ("relay", "web"):
+        for child in cast.by_role(role):
+            cast.stop(child, timeout=30)
+    figures.failpoint_kills, figures.unexpected_exits = cast.failpoint_kills, cast.unexpected_exits
 
-    invariants.load(submissions, _journal(folder))
+    invariants.load(submissions, journal.read(folder / "journal"))
+    unclean_stops = [(name, code) for name, code in cast.stop_exits if code != 0]
     return [
-        *invariants.run_sql_checks(),
+        *invariants.run_sql_checks(cancel_race_seconds=args.lease / 3 + 1.0),
         invariants.check_log_trails(),
         redis_result,
+        empty_result,
+        invariants.Result(
+            "outbox_drained_by_relays",
+            "the system's relays drained the outbox after the faults and after the final"
+            " cancels, before they were stopped",
+            settled_outbox[0] + final_outbox[0],
+            [f"undispatched after the faults: {settled_outbox[0]}, at the end: {final_outbox[0]}"],
+            final_outbox[1],
+        ),
+        faults_applied_per_kind(figures, args.min_faults_per_kind),
         invariants.Result(
             "processes_exit_only_when_killed",
             "no relay, worker, reconciler or web process exited by itself (failpoint kills aside)",
             len(cast.unexpected_exits),
             cast.unexpected_exits[:5],
+            sum(child.starts for child in cast.children),
+        ),
+        invariants.Result(
+            "processes_stop_cleanly",
+            "every process the run stopped (SIGTERM; SIGINT for the web server) exited with 0",
+            len(unclean_stops),
+            unclean_stops[:5],
+            len(cast.stop_exits),
         ),
     ]
 
 
-def _journal(folder: Path) -> list[dict]:
-    from tests.probe import journal
-
-    return journal.read(str(folder / "journal"))
+def faults_applied_per_kind(figures: report.Figures, minimum: int) -> invariants.Result:
+    """A run whose faults could not be applied proves little: each planned kind needs ``minimum``."""
+    short = [
+        (str(kind), figures.faults_applied[kind], min(minimum, planned))
+        for kind, planned in sorted(figures.faults_planned.items())
+        if figures.faults_applied[kind] < min(minimum, planned)
+    ]
+    return invariants.Result(
+        "faults_applied_per_kind",
+        f"at least {minimum} fault(s) of every planned kind were applied (kind, applied, required)",
+        len(short),
+        short,
+        len(figures.faults_planned),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

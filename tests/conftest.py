@@ -1,18 +1,54 @@
-"""Fixtures shared by the suite: a clean Redis database per test, and process helpers."""
+"""Fixtures shared by the suite: Redis for the tests that ask for it, and process helpers.
+
+A test that talks to Redis says so with ``@pytest.mark.redis`` (modules use
+``pytestmark``) or by requesting ``redis_client``; its Redis database is
+emptied before and after it. Every
+other test skips the flush, and afterwards the database must still be empty:
+an unmarked test that wrote to Redis fails, naming itself, instead of leaking
+keys into the next test.
+"""
 
 import pytest
+import redis
 from django.conf import settings
 
 from queue_app import broker
 
 
-@pytest.fixture(autouse=True)
+def _empty(client: redis.Redis) -> None:
+    client.flushdb()
+
+
+@pytest.fixture
 def redis_client():
-    """The tests' own Redis database, emptied around every test."""
+    """The tests' own Redis database, emptied around the test."""
     client = broker.get_client()
-    client.flushdb()
+    _empty(client)
     yield client
-    client.flushdb()
+    _empty(client)
+
+
+@pytest.fixture(autouse=True)
+def _redis_only_when_marked(request):
+    """Flush Redis around marked tests; prove unmarked ones left it untouched."""
+    if request.node.get_closest_marker("redis"):
+        request.getfixturevalue("redis_client")
+        yield
+        return
+    yield
+    if "redis_client" in request.fixturenames:
+        return  # asked for Redis by name: emptied by the fixture
+    client = broker.get_client()
+    try:
+        leaked = client.dbsize()
+    except redis.RedisError:
+        return  # Redis does not answer, so the test could not have written to it
+    if leaked:
+        _empty(client)
+        pytest.fail(
+            f"{request.node.nodeid} left {leaked} keys in Redis without @pytest.mark.redis",
+            pytrace=False,
+        )
 
 
 @pytest.fixture

@@ -26,6 +26,8 @@ def _with_db(url: str, db: str) -> str:
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.probe"]
 REDIS_URL = _with_db(REDIS_URL, os.environ.get("REDIS_TEST_DB", "15"))
 CACHES["default"]["LOCATION"] = REDIS_URL
+# The suite submits the demo types whatever DEBUG says.
+DEMO_JOB_TYPES = True
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # Where probe handlers journal their executions (tests/probe/journal.py); empty = off.
 PROBE_JOURNAL_DIR = os.environ.get("PROBE_JOURNAL_DIR", "")

@@ -5,10 +5,9 @@ Showing both side by side makes drift visible: a queued job missing from
 Redis waits for the relay (outbox backlog) or the reconciler; an id in Redis
 without a queued job is absorbed by the worker's claim.
 
-Every read is bounded at a million jobs without indexes beyond the job
-table's fixed set: live statuses (queued, processing) are counted exactly
-through the status index; finished ones, which grow without bound, are
-counted only when small and otherwise estimated by the planner. Throughput
+Counts, outbox backlog and Redis depths come from the engine's read model
+(queue_app/engine/stats.py), the same one /api/stats/ serves: exact for a
+status with few jobs, the planner's estimate for a large one. Throughput
 and recent failures come from the log trail: each finishing transition
 writes its log row in the transition's transaction, stamped with the same
 ``now()`` as ``completed_at``, and the log's primary key grows with time, so
@@ -20,22 +19,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-import redis
-from django.db.models import Count, Max, Min, Q
+from django.db.models import Count, Max, Min
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
-from queue_app import broker
 from queue_app.admin import charts
-from queue_app.admin.pagination import count_rows, estimated_count
 from queue_app.conf import queue_settings
-from queue_app.models import Job, JobLog, OutboxMessage
-from queue_app.states import TERMINAL, TRANSITIONS, Status
+from queue_app.engine.stats import queue_stats
+from queue_app.models import Job, JobLog
+from queue_app.states import TRANSITIONS, Status
 
 THROUGHPUT_MINUTES = 60
 RECENT_FAILURES = 10
 RECENT_FAILURES_WINDOW = timedelta(hours=24)
-LIVE = (Status.QUEUED, Status.PROCESSING)
 # Log events that finish a job, by the status they lead to.
 COMPLETED_EVENTS = sorted(event for event, (_, target) in TRANSITIONS.items() if target == Status.COMPLETED)
 FAILED_EVENTS = sorted(event for event, (_, target) in TRANSITIONS.items() if target == Status.FAILED)
@@ -68,8 +64,10 @@ class QueueDepth:
 
     @property
     def drift(self) -> int | None:
-        """Redis ids minus queued jobs: 0 when the two stores agree."""
-        return None if self.redis is None else self.redis_total - self.queued
+        """Redis ids minus queued jobs: 0 when the stores agree; None unless both are known exactly."""
+        if self.redis is None or Status.QUEUED in self.estimated:
+            return None
+        return self.redis_total - self.queued
 
 
 @dataclass(frozen=True)
@@ -120,41 +118,6 @@ class Snapshot:
     @property
     def failed_last_hour(self) -> int:
         return sum(minute.failed for minute in self.throughput)
-
-
-def _live_counts(now: datetime) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
-    """Exact (queue -> status -> count, queue -> scheduled) of queued and processing jobs."""
-    rows = (
-        Job.objects.filter(status__in=LIVE)
-        .order_by()
-        .values("queue", "status")
-        .annotate(jobs=Count("pk"), scheduled=Count("pk", filter=Q(next_retry_at__gt=now)))
-    )
-    statuses: dict[str, dict[str, int]] = {}
-    scheduled: dict[str, int] = {}
-    for row in rows:
-        statuses.setdefault(row["queue"], {})[row["status"]] = row["jobs"]
-        if row["status"] == Status.QUEUED:
-            scheduled[row["queue"]] = row["scheduled"]
-    return statuses, scheduled
-
-
-def _outbox_backlog() -> dict[str, tuple[int, datetime]]:
-    """queue -> (pending rows, oldest pending); served by the partial index on undispatched rows."""
-    rows = (
-        OutboxMessage.objects.filter(dispatched_at__isnull=True)
-        .order_by()
-        .values("queue")
-        .annotate(pending=Count("pk"), oldest=Min("created_at"))
-    )
-    return {row["queue"]: (row["pending"], row["oldest"]) for row in rows}
-
-
-def _redis_depths(queues: list[tuple[str, bool]]) -> tuple[dict[str, dict[str, int]], str]:
-    try:
-        return broker.depths(broker.get_client(), queues), ""
-    except (redis.RedisError, OSError) as exc:
-        return {}, f"Redis could not be read: {exc}"
 
 
 def first_log_id_since(moment: datetime) -> int | None:
@@ -237,75 +200,33 @@ def _recent_failures(now: datetime) -> list[Failure]:
     ]
 
 
-def _finished_counts() -> tuple[dict[str, int], set[str], dict[str, dict[str, int]]]:
-    """(status -> total, estimated statuses, queue -> status -> count) for finished jobs.
-
-    A status with few jobs is counted exactly, per queue, through the status
-    index. For a large one both the total and the per-queue split are the
-    planner's estimates, and ``per_queue`` leaves it out.
-    """
-    totals: dict[str, int] = {}
-    estimated: set[str] = set()
-    per_queue: dict[str, dict[str, int]] = {}
-    for status in sorted(TERMINAL):
-        jobs = Job.objects.filter(status=status)
-        totals[status], is_estimate = count_rows(jobs)
-        if is_estimate:
-            estimated.add(status)
-            continue
-        for row in jobs.order_by().values("queue").annotate(jobs=Count("pk")):
-            per_queue.setdefault(row["queue"], {})[status] = row["jobs"]
-    return totals, estimated, per_queue
-
-
 def snapshot() -> Snapshot:
     """Everything the dashboard draws, read once."""
-    now = timezone.now()
+    stats = queue_stats()
     configured = queue_settings().QUEUES
-    live, scheduled = _live_counts(now)
-    finished, estimated, finished_by_queue = _finished_counts()
-    backlog = _outbox_backlog()
-    # Configured queues first, then any other queue the counts found.
-    names = list(configured) + sorted((set(live) | set(finished_by_queue)) - set(configured))
-    depths, redis_error = _redis_depths([(name, configured.get(name, False)) for name in names])
-
-    queues = []
-    for name in names:
-        statuses = {status: live.get(name, {}).get(status, 0) for status in LIVE}
-        for status in TERMINAL:
-            if status in estimated:
-                statuses[status] = estimated_count(Job.objects.filter(status=status, queue=name))
-            else:
-                statuses[status] = finished_by_queue.get(name, {}).get(status, 0)
-        queues.append(
-            QueueDepth(
-                name=name,
-                fifo=configured.get(name, False),
-                statuses=statuses,
-                estimated=frozenset(estimated),
-                scheduled=scheduled.get(name, 0),
-                outbox_pending=backlog.get(name, (0, None))[0],
-                redis=None if redis_error else depths.get(name),
-            )
+    statuses = frozenset(stats.estimated & set(Status.values))
+    queues = [
+        QueueDepth(
+            name=name,
+            fifo=configured.get(name, False),
+            statuses=counts,
+            estimated=statuses,
+            scheduled=stats.scheduled.get(name, 0),
+            outbox_pending=stats.outbox_backlog.get(name, (0, None))[0],
+            redis=None if stats.redis is None else stats.redis.get(name),
         )
-
-    totals = {
-        status: finished[status]
-        if status in TERMINAL
-        else sum(queue_counts.get(status, 0) for queue_counts in live.values())
-        for status in Status.values
-    }
-    oldest = [created for _, created in backlog.values()]
+        for name, counts in stats.by_queue.items()
+    ]
     return Snapshot(
-        taken_at=now,
+        taken_at=stats.taken_at,
         queues=queues,
-        throughput=_throughput(now),
-        recent_failures=_recent_failures(now),
-        outbox_pending=sum(pending for pending, _ in backlog.values()),
-        outbox_oldest=min(oldest) if oldest else None,
-        totals=totals,
-        estimated=frozenset(estimated),
-        redis_error=redis_error,
+        throughput=_throughput(stats.taken_at),
+        recent_failures=_recent_failures(stats.taken_at),
+        outbox_pending=stats.outbox_pending,
+        outbox_oldest=stats.outbox_oldest,
+        totals=stats.by_status,
+        estimated=statuses,
+        redis_error=f"Redis could not be read: {stats.redis_error}" if stats.redis_error else "",
     )
 
 

@@ -14,6 +14,7 @@ import uuid
 from django.db.models import F, Lookup, Q
 
 from queue_app.handlers import registered_types
+from queue_app.ids import parse_job_id
 from queue_app.models import Job
 
 # 8 to 31 hex digits: the start of an id, as the list shows it (dashes allowed).
@@ -21,10 +22,7 @@ ID_PREFIX = re.compile(r"^[0-9a-f]{8,31}$")
 
 
 def full_id(term: str) -> uuid.UUID | None:
-    try:
-        return uuid.UUID(term)
-    except ValueError:
-        return None
+    return parse_job_id(term)
 
 
 def _id_prefix_range(term: str) -> tuple[uuid.UUID, uuid.UUID] | None:

@@ -4,9 +4,9 @@
      "errors": {"type": ["'x' is not a registered job type"]}}
 
 ``errors`` names the fields at fault (absent when no field is); bulk
-rejections add ``items``. QueueError subclasses carry their own status and
-code. Database errors caused by input that slipped past validation become
-4xx, never 500.
+rejections add ``items``, one per job at fault. Domain errors carry a code
+and a field; ``STATUS_BY_CODE`` gives each code its HTTP status. Database
+errors caused by input that slipped past validation become 4xx, never 500.
 """
 
 from __future__ import annotations
@@ -23,9 +23,20 @@ from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
 from queue_app.api.parsers import RequestTooLarge
-from queue_app.exceptions import QueueError
+from queue_app.exceptions import JobsRejected, QueueError
 
 log = structlog.get_logger("queue_app.api")
+
+# The HTTP status of each domain error code; any other code is a 400.
+STATUS_BY_CODE = {
+    "invalid": 400,
+    "unknown_type": 400,
+    "not_found": 404,
+    "conflict": 409,
+    "idempotency_key_in_use": 409,
+    "payload_too_large": 413,
+    "idempotency_key_reused": 422,
+}
 
 
 def clean_text(value: str) -> str:
@@ -63,6 +74,42 @@ def error_body(code: str, detail: str, errors: Any = None, **extra: Any) -> dict
         body["errors"] = errors
     body.update(extra)
     return clean(body)
+
+
+def status_for(exc: QueueError) -> int:
+    """A rejected bulk takes the most specific status among its jobs (e.g. 413 over 400)."""
+    if isinstance(exc, JobsRejected):
+        return max(status_for(error) for error in exc.errors)
+    return STATUS_BY_CODE.get(exc.code, 400)
+
+
+def item_error(index: int, status_code: int, code: str, errors: Any) -> dict[str, Any]:
+    """One job of a rejected bulk, with its status (which the response drops, keeping the highest)."""
+    return {
+        "index": index,
+        "status": status_code,
+        "code": code,
+        "detail": first_message(errors),
+        "errors": errors,
+    }
+
+
+def queue_item_error(exc: QueueError, index: int | None = None) -> dict[str, Any]:
+    field = exc.field or "non_field_errors"
+    return item_error(
+        exc.index if index is None else index, status_for(exc), exc.code, {field: [exc.message]}
+    )
+
+
+class BulkRejected(exceptions.APIException):
+    """Some jobs of a bulk request are invalid: none was created."""
+
+    default_code = "jobs_rejected"
+
+    def __init__(self, items: list[dict[str, Any]], total: int) -> None:
+        self.items = sorted(items, key=lambda item: item["index"])
+        self.status_code = max(item.pop("status") for item in self.items)
+        super().__init__(f"Rejected {len(items)} of {total} jobs; none was created.")
 
 
 def queue_error_body(exc: QueueError) -> dict[str, Any]:
@@ -105,8 +152,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     elif isinstance(exc, RequestDataTooBig):
         exc = RequestTooLarge()
 
+    if isinstance(exc, JobsRejected):
+        exc = BulkRejected([queue_item_error(error) for error in exc.errors], exc.total)
     if isinstance(exc, QueueError):
-        response = Response(queue_error_body(exc), status=exc.status_code)
+        response = Response(queue_error_body(exc), status=status_for(exc))
     elif isinstance(exc, exceptions.APIException):
         response = _api_exception_response(exc)
     elif isinstance(exc, DataError):

@@ -69,6 +69,13 @@ class StrictJSONParser(BaseParser):
         body = stream.read(limit + 1)
         if len(body) > limit:
             raise RequestTooLarge(f"The request body is larger than {limit} bytes.")
+        # A client that closed its side early sends less than it declared; what
+        # arrived may still parse, but it is not the request the client meant.
+        if declared and declared.isdigit() and len(body) < int(declared):
+            raise ParseError(
+                f"The request body ended after {len(body)} of the {declared} bytes "
+                "its Content-Length declares."
+            )
         encoding = get_encoding(parser_context)
         try:
             text = body.decode(encoding)

@@ -1,9 +1,9 @@
 """Request and response shapes of the API.
 
 Input fields are strict about JSON types (DRF would turn ``12`` into ``"12"``
-and ``"5"`` into ``5``). The rules that need the registry or the queue
-settings are the services' own checks, called early so that a bulk request
-can name the item at fault; ``enqueue_jobs`` applies them again.
+and ``"5"`` into ``5``). Serializers check shape and types only; the rules
+(registered types, configured queues, payload size and depth) are the
+service's, applied once by ``enqueue_jobs``, which names every job at fault.
 """
 
 from __future__ import annotations
@@ -18,12 +18,10 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from queue_app.conf import queue_settings
-from queue_app.exceptions import InvalidJob, UnknownJobType
+from queue_app.exceptions import UnknownJobType
 from queue_app.handlers import get_handler
 from queue_app.models import Job, JobLog
-from queue_app.payloads import check_json
-from queue_app.services import MAX_ATTEMPTS_LIMIT, JobRequest
+from queue_app.services import MAX_ATTEMPTS_LIMIT, JobRequest, check_run_at
 from queue_app.states import Priority, Status
 
 MAX_BULK_JOBS = 1000
@@ -120,7 +118,7 @@ class OffsetDateTimeField(serializers.Field):
 
 @extend_schema_field({"type": "object", "additionalProperties": True})
 class PayloadField(serializers.Field):
-    """A JSON object, passed on untouched: size, depth and strings are checked by check_json."""
+    """A JSON object, passed on untouched: the service checks its size, depth and strings."""
 
     default_error_messages = {"invalid": "Must be a JSON object."}
 
@@ -183,34 +181,35 @@ class JobCreateSerializer(StrictSerializer):
         if attrs.get("run_at") is not None and attrs.get("delay_seconds") is not None:
             message = "Give run_at or delay_seconds, not both."
             raise serializers.ValidationError({"run_at": [message], "delay_seconds": [message]})
-        # The services' own rules, early: a QueueError (e.g. a 413) propagates as is.
-        settings = queue_settings()
-        if get_handler(attrs["type"]).internal:
+        # A delay becomes its start time once, here, so the check and the job agree.
+        if attrs.get("delay_seconds") is not None:
+            attrs["run_at"] = timezone.now() + timedelta(seconds=attrs["delay_seconds"])
+            check_run_at(attrs["run_at"], field="delay_seconds")
+        elif attrs.get("run_at") is not None:
+            check_run_at(attrs["run_at"])
+        if _is_internal(attrs["type"]):
+            # Only code names an internal type (django.task); to the API it does not exist.
             raise UnknownJobType(f"{attrs['type']!r} is not a registered job type", field="type")
-        if attrs["queue"] not in settings.QUEUES:
-            raise InvalidJob(f"must be one of {', '.join(settings.QUEUES)}", field="queue")
-        check_json(
-            attrs["payload"],
-            field="payload",
-            max_bytes=settings.MAX_PAYLOAD_BYTES,
-            max_depth=settings.MAX_PAYLOAD_DEPTH,
-        )
         return attrs
 
     def job_request(self) -> JobRequest:
         data = self.validated_data
-        run_at = data.get("run_at")
-        if data.get("delay_seconds") is not None:
-            run_at = timezone.now() + timedelta(seconds=data["delay_seconds"])
         return JobRequest(
             type=data["type"],
             payload=data["payload"],
             priority=data["priority"],
             queue=data["queue"],
-            run_at=run_at,
+            run_at=data.get("run_at"),
             max_attempts=data.get("max_attempts"),
             idempotency_key=data.get("idempotency_key"),
         )
+
+
+def _is_internal(job_type: str) -> bool:
+    try:
+        return get_handler(job_type).internal
+    except UnknownJobType:
+        return False  # unregistered: the service names it
 
 
 class BulkCreateSerializer(StrictSerializer):
@@ -317,6 +316,14 @@ class StatsSerializer(serializers.Serializer):
         child=RedisDepthSerializer(), allow_null=True, help_text="By queue; null when Redis does not answer."
     )
     redis_error = serializers.CharField(allow_null=True)
+    estimated = serializers.ListField(
+        child=serializers.CharField(),
+        help_text=(
+            "Figures that are PostgreSQL's estimates, not counts (a status with more than 10,000 jobs, "
+            "e.g. jobs.by_status.completed, and its by_queue counts; oldest_queued_age_seconds when "
+            "many jobs are queued). Empty when every figure is exact."
+        ),
+    )
 
 
 class HealthSerializer(serializers.Serializer):

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
+from django.contrib.auth.models import AnonymousUser
 from django.db.models import QuerySet
 from django.urls import reverse
 from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
@@ -15,19 +16,22 @@ from drf_spectacular.utils import (
     extend_schema_view,
 )
 from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException
-from rest_framework.permissions import AllowAny, IsAdminUser
+from rest_framework.exceptions import APIException, PermissionDenied
+from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from queue_app import services
 from queue_app.api import health, stats
-from queue_app.api.errors import clean, first_message
+from queue_app.api.auth_failures import LimitedTokenAuthentication
+from queue_app.api.errors import BulkRejected, clean, exception_handler, item_error, queue_item_error
 from queue_app.api.filters import JobFilter
 from queue_app.api.pagination import JobLogPagination, JobPagination
 from queue_app.api.parsers import StrictJSONParser
+from queue_app.api.permissions import CanViewAllJobs, may_change_job, may_view_all_jobs
 from queue_app.api.serializers import (
     MAX_BULK_JOBS,
     BulkCreateSerializer,
@@ -39,7 +43,7 @@ from queue_app.api.serializers import (
     JobSerializer,
     StatsSerializer,
 )
-from queue_app.exceptions import IdempotencyConflict, IdempotencyKeyInUse, QueueError
+from queue_app.exceptions import JobsRejected, QueueError
 from queue_app.models import Job
 from queue_app.services import JobRequest
 
@@ -72,30 +76,16 @@ IDEMPOTENCY_KEY_HEADER = OpenApiParameter(
 )
 
 
-class BulkRejected(APIException):
-    """Some jobs of a bulk request are invalid: none was created."""
+class QueueAPIDefaults:
+    """The API's own authentication, permissions, errors and schema, so a host project needs no
+    REST_FRAMEWORK setting for it (other REST_FRAMEWORK settings, e.g. throttles, still apply)."""
 
-    default_code = "jobs_rejected"
+    authentication_classes = [LimitedTokenAuthentication, SessionAuthentication]
+    permission_classes = [IsAuthenticated]
+    schema = AutoSchema()
 
-    def __init__(self, items: list[dict[str, Any]], total: int) -> None:
-        self.items = items
-        self.status_code = max(item.pop("status") for item in items)
-        super().__init__(f"Rejected {len(items)} of {total} jobs; none was created.")
-
-
-def _item_error(index: int, status_code: int, code: str, errors: Any) -> dict[str, Any]:
-    return {
-        "index": index,
-        "status": status_code,
-        "code": code,
-        "detail": first_message(errors),
-        "errors": errors,
-    }
-
-
-def _queue_item_error(index: int, exc: QueueError) -> dict[str, Any]:
-    field = exc.field or "non_field_errors"
-    return _item_error(index, exc.status_code, exc.code, {field: [exc.message]})
+    def get_exception_handler(self):
+        return exception_handler
 
 
 @extend_schema_view(
@@ -106,7 +96,7 @@ def _queue_item_error(index: int, exc: QueueError) -> dict[str, Any]:
     ),
     retrieve=extend_schema(summary="Get a job", responses={200: JobSerializer, **NOT_FOUND, **AUTH_ERRORS}),
 )
-class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class JobViewSet(QueueAPIDefaults, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     serializer_class = JobSerializer
     parser_classes = [StrictJSONParser]
     filter_backends = [DjangoFilterBackend]
@@ -119,7 +109,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         jobs = Job.objects.all()
         if getattr(self, "swagger_fake_view", False):  # schema generation: no user
             return jobs.none()
-        if not self.request.user.is_staff:
+        if not may_view_all_jobs(self.request.user):
             # Another user's job is a 404, so ids do not leak.
             jobs = jobs.filter(owner=self.request.user)
         return jobs
@@ -127,6 +117,13 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     def filter_queryset(self, queryset: QuerySet) -> QuerySet:
         # Filters are for the list; a detail route ignores the query string.
         return super().filter_queryset(queryset) if self.action == "list" else queryset
+
+    def _job_to_change(self) -> Job:
+        """The job of this URL, when the user may change it (403 when they may only see it)."""
+        job = self.get_object()
+        if not may_change_job(self.request.user, job):
+            raise PermissionDenied("You may see this job but not change it (needs queue_app.change_job).")
+        return job
 
     def _respond_with_job(self, job: Job, status_code: int = status.HTTP_200_OK, **kwargs: Any) -> Response:
         return Response(
@@ -149,7 +146,10 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         serializer.is_valid(raise_exception=True)
         job_request = serializer.job_request()
         job_request.idempotency_key = self._idempotency_key(request, job_request.idempotency_key)
-        job = services.enqueue_jobs([job_request], owner=request.user)[0]
+        try:
+            job = services.enqueue_jobs([job_request], owner=request.user)[0]
+        except JobsRejected as rejected:
+            raise rejected.errors[0] from None  # one job: its own error, not a bulk rejection
         if not job.was_created:
             return self._respond_with_job(job)
         location = reverse("job-detail", args=[job.pk])
@@ -190,16 +190,18 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
                 {"idempotency_key": ["Give each job its own idempotency_key; the header is for single jobs."]}
             )
         items = self._bulk_items(request.data)
-        requests, failures = self._validate_items(items)
+        requests, positions, failures = self._read_items(items)
         if failures:
+            # Name every job at fault: the service's rules too, for the jobs whose shape was right.
+            try:
+                services.validate_jobs(requests)
+            except JobsRejected as rejected:
+                failures += [queue_item_error(error, positions[error.index]) for error in rejected.errors]
             raise BulkRejected(failures, len(items))
         try:
             jobs = services.enqueue_jobs(requests, owner=request.user)
-        except (IdempotencyConflict, IdempotencyKeyInUse) as exc:
-            failures = self._locate_key_errors(requests, request.user)
-            if not failures:  # the other job vanished meanwhile: report the error as it came
-                raise
-            raise BulkRejected(failures, len(items)) from exc
+        except JobsRejected as rejected:
+            raise BulkRejected([queue_item_error(error) for error in rejected.errors], len(items)) from None
         created = any(job.was_created for job in jobs)
         data = {"jobs": JobSerializer(jobs, many=True, context=self.get_serializer_context()).data}
         return Response(data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
@@ -218,51 +220,23 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         return items
 
     @staticmethod
-    def _validate_items(items: list[Any]) -> tuple[list[JobRequest], list[dict[str, Any]]]:
+    def _read_items(items: list[Any]) -> tuple[list[JobRequest], list[int], list[dict[str, Any]]]:
+        """(requests of the well-formed items, their positions in ``items``, the malformed ones)."""
         requests: list[JobRequest] = []
+        positions: list[int] = []
         failures: list[dict[str, Any]] = []
-        first_use: dict[str, int] = {}
         for index, item in enumerate(items):
             serializer = JobCreateSerializer(data=item)
             try:
                 if not serializer.is_valid():
-                    failures.append(_item_error(index, 400, "invalid", serializer.errors))
+                    failures.append(item_error(index, 400, "invalid", serializer.errors))
                     continue
             except QueueError as exc:
-                failures.append(_queue_item_error(index, exc))
+                failures.append(queue_item_error(exc, index))
                 continue
-            job_request = serializer.job_request()
-            key = job_request.idempotency_key
-            if key is not None and key in first_use:
-                message = f"Same key as job {first_use[key]} of this request."
-                failures.append(_item_error(index, 400, "invalid", {"idempotency_key": [message]}))
-                continue
-            if key is not None:
-                first_use[key] = index
-            requests.append(job_request)
-        return requests, failures
-
-    @staticmethod
-    def _locate_key_errors(requests: list[JobRequest], owner) -> list[dict[str, Any]]:
-        """Which jobs of a rejected bulk hit a used idempotency key (error path only).
-
-        Each job whose key already exists is submitted alone through the
-        service inside a savepoint that is always rolled back: the service's
-        own rules decide, and nothing is written.
-        """
-        keys = [r.idempotency_key for r in requests if r.idempotency_key]
-        taken = set(Job.objects.filter(idempotency_key__in=keys).values_list("idempotency_key", flat=True))
-        failures = []
-        for index, job_request in enumerate(requests):
-            if job_request.idempotency_key not in taken:
-                continue
-            try:
-                with transaction.atomic():
-                    services.enqueue_jobs([job_request], owner=owner)
-                    transaction.set_rollback(True)
-            except (IdempotencyConflict, IdempotencyKeyInUse) as exc:
-                failures.append(_queue_item_error(index, exc))
-        return failures
+            requests.append(serializer.job_request())
+            positions.append(index)
+        return requests, positions, failures
 
     @extend_schema(
         summary="A job's log trail",
@@ -293,7 +267,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     )
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
-        job = services.cancel_job(self.get_object().pk, reason=f"cancelled by {request.user.get_username()}")
+        job_id = self._job_to_change().pk
+        job = services.cancel_job(job_id, reason=f"cancelled by {request.user.get_username()}")
         return self._respond_with_job(job)
 
     @extend_schema(
@@ -309,17 +284,17 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     )
     @action(detail=True, methods=["post"])
     def retry(self, request: Request, pk: str | None = None) -> Response:
-        job = services.retry_job(self.get_object().pk, reason=f"retried by {request.user.get_username()}")
+        job = services.retry_job(self._job_to_change().pk, reason=f"retried by {request.user.get_username()}")
         return self._respond_with_job(job)
 
 
-class StatsView(APIView):
-    """System-wide figures: they count every user's jobs, so only staff may read them."""
+class StatsView(QueueAPIDefaults, APIView):
+    """System-wide figures: they count every user's jobs, so they need queue_app.view_job."""
 
-    permission_classes = [IsAdminUser]
+    permission_classes = [CanViewAllJobs]
 
     @extend_schema(
-        summary="Queue statistics (staff)",
+        summary="Queue statistics (needs queue_app.view_job)",
         description=(
             "Job counts by status and queue (PostgreSQL), ids in each Redis structure, the "
             "outbox rows not yet relayed, and how long the oldest due job has waited."
@@ -330,18 +305,35 @@ class StatsView(APIView):
         return Response(StatsSerializer(stats.collect()).data)
 
 
-class HealthView(APIView):
-    """No authentication and no throttling: load balancers probe it."""
+class HealthView(QueueAPIDefaults, APIView):
+    """No authentication needed and no throttling: load balancers probe it.
 
-    authentication_classes: list = []
+    The errors name hosts and ports, so only staff see them; anyone else
+    learns which store is down.
+    """
+
     permission_classes = [AllowAny]
     throttle_classes: list = []
+
+    def perform_authentication(self, request: Request) -> None:
+        # Credentials only decide how much is shown; bad ones never turn a probe away.
+        try:
+            request.user  # noqa: B018 - authenticates
+        except APIException:
+            request.user = AnonymousUser()
+
+    @staticmethod
+    def _shows_details(request: Request) -> bool:
+        return bool(request.user and request.user.is_staff)
 
     @extend_schema(
         summary="Health of PostgreSQL and Redis",
         responses={
             200: OpenApiResponse(HealthSerializer, description="Both stores answer."),
-            503: OpenApiResponse(HealthSerializer, description="A store does not answer; `detail` names it."),
+            503: OpenApiResponse(
+                HealthSerializer,
+                description="A store does not answer; `detail` names it (the errors: staff only).",
+            ),
         },
     )
     def get(self, request: Request) -> Response:
@@ -349,5 +341,7 @@ class HealthView(APIView):
         failing = [store for store, result in checks.items() if result != "ok"]
         if not failing:
             return Response({"status": "ok", "checks": checks})
+        if not self._shows_details(request):
+            checks = {store: "ok" if result == "ok" else "unavailable" for store, result in checks.items()}
         body = {"status": "unavailable", "detail": f"{' and '.join(failing)} not answering", "checks": checks}
         return Response(clean(body), status=status.HTTP_503_SERVICE_UNAVAILABLE)

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import structlog
-from django.db import connection, transaction
+from django.db import transaction
 
-from queue_app.engine.outbox import enqueue_intent, notify_relay, ready_intent
+from queue_app.engine.outbox import notify_relay, ready_intent
+from queue_app.engine.transitions import apply_transition
 from queue_app.exceptions import (
     JobNotFound,
     TransitionNotAllowed,
 )
 from queue_app.models import Job, JobLog, OutboxMessage
-from queue_app.states import Status
+from queue_app.states import REENQUEUED, Status
 
 log = structlog.get_logger("queue_app.services")
 
@@ -31,22 +32,8 @@ def cancel_job(job_id, *, reason: str = "cancelled by request") -> Job:
     Raises TransitionNotAllowed (409) for a finished job.
     """
     with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(
-                """
-                UPDATE jobs SET status = 'cancelled', completed_at = now(), worker_id = '',
-                       lease_expires_at = NULL, next_retry_at = NULL
-                 WHERE id = %s AND status IN ('queued', 'processing')
-                RETURNING queue
-                """,
-                [str(job_id)],
-            )
-            row = cursor.fetchone()
-        if row is None:
+        if apply_transition("cancel", job_id, message=reason) is None:
             raise _conflict(job_id, "cancel")
-        JobLog.objects.create(job_id=job_id, event="cancelled", message=reason)
-        OutboxMessage.objects.create(job_id=job_id, action=OutboxMessage.Action.REMOVE, queue=row[0])
-        notify_relay()
     log.info("job_cancelled", job_id=str(job_id))
     return Job.objects.get(id=job_id)
 
@@ -58,24 +45,8 @@ def retry_job(job_id, *, reason: str = "retried by request") -> Job:
     rises to at least attempts + 1. Raises TransitionNotAllowed otherwise.
     """
     with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(
-                """
-                UPDATE jobs SET status = 'queued', max_attempts = GREATEST(max_attempts, attempts + 1),
-                       next_retry_at = NULL, enqueued_at = now(), completed_at = NULL,
-                       result = NULL, worker_id = '', lease_expires_at = NULL
-                 WHERE id = %s AND status IN ('failed', 'cancelled')
-                RETURNING queue, priority, enqueued_at
-                """,
-                [str(job_id)],
-            )
-            row = cursor.fetchone()
-        if row is None:
+        if apply_transition("retry", job_id, message=reason) is None:
             raise _conflict(job_id, "retry")
-        queue, priority, enqueued_at = row
-        JobLog.objects.create(job_id=job_id, event="retried", message=reason)
-        enqueue_intent(job_id, queue, priority, enqueued_at).save()
-        notify_relay()
     log.info("job_retried", job_id=str(job_id))
     return Job.objects.get(id=job_id)
 
@@ -88,7 +59,7 @@ def reenqueue_job(job_id) -> Job:
             raise JobNotFound("no such job")
         if job.status != Status.QUEUED:
             raise TransitionNotAllowed(f"cannot re-enqueue a job that is {job.status}")
-        JobLog.objects.create(job_id=job.id, event="reenqueued", message="pushed to Redis again")
+        JobLog.objects.create(job_id=job.id, event=REENQUEUED, message="pushed to Redis again")
         OutboxMessage.objects.bulk_create([ready_intent(job)])
         notify_relay()
     return job

@@ -13,21 +13,35 @@ import structlog
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from queue_app import broker
 from queue_app.conf import queue_settings
 from queue_app.engine.outbox import notify_relay, ready_intent
 from queue_app.exceptions import (
     IdempotencyConflict,
     IdempotencyKeyInUse,
     InvalidJob,
+    JobsRejected,
+    QueueError,
 )
 from queue_app.handlers import get_handler
 from queue_app.models import Job, JobLog, OutboxMessage
 from queue_app.payloads import check_json
-from queue_app.states import Priority
+from queue_app.states import INITIAL_EVENT, Priority
 
 log = structlog.get_logger("queue_app.services")
 
 MAX_ATTEMPTS_LIMIT = 100
+# A job may be scheduled up to the last time the priority score orders exactly.
+LATEST_RUN_AT = broker.LATEST_EXACT_TIME
+
+
+def check_run_at(run_at: datetime, *, field: str = "run_at") -> None:
+    """Refuse a start beyond LATEST_RUN_AT; ``field`` names what the caller gave (run_at or a delay)."""
+    if run_at > LATEST_RUN_AT:
+        raise InvalidJob(
+            f"must not start later than {LATEST_RUN_AT.isoformat()} (the queue's ordering ends there)",
+            field=field,
+        )
 
 
 @dataclass
@@ -41,6 +55,8 @@ class JobRequest:
     run_at: datetime | None = None
     max_attempts: int | None = None
     idempotency_key: str | None = None
+    # The django.tasks backend alias enqueuing it, if any.
+    backend: str = ""
 
     def fingerprint(self) -> str:
         body = [self.type, self.payload, self.priority, self.queue, self.max_attempts]
@@ -71,14 +87,43 @@ def _validated(request: JobRequest) -> JobRequest:
         or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT
     ):
         raise InvalidJob(f"must be an integer between 1 and {MAX_ATTEMPTS_LIMIT}", field="max_attempts")
-    if request.run_at is not None and timezone.is_naive(request.run_at):
-        raise InvalidJob("must include a UTC offset", field="run_at")
+    if request.run_at is not None:
+        if timezone.is_naive(request.run_at):
+            raise InvalidJob("must include a UTC offset", field="run_at")
+        check_run_at(request.run_at)
     key = request.idempotency_key
     if key is not None:
         if not isinstance(key, str) or not 1 <= len(key) <= 255:
             raise InvalidJob("must be 1 to 255 characters", field="idempotency_key")
         check_json(key, field="idempotency_key", max_bytes=1024, max_depth=1)
     return replace(request, max_attempts=max_attempts)
+
+
+def validate_jobs(requests: Sequence[JobRequest]) -> list[JobRequest]:
+    """The requests with their defaults resolved, or JobsRejected naming every job that breaks a rule.
+
+    Reads nothing from the database, so it costs nothing to call before a
+    write (``enqueue_jobs`` calls it first).
+    """
+    validated: list[JobRequest] = []
+    errors: list[QueueError] = []
+    first_use: dict[str, int] = {}
+    for index, request in enumerate(requests):
+        try:
+            validated.append(_validated(request))
+        except QueueError as exc:
+            exc.index = index
+            errors.append(exc)
+            continue
+        key = request.idempotency_key
+        if key is not None and key in first_use:
+            message = f"same key as job {first_use[key]} of this request"
+            errors.append(InvalidJob(message, field="idempotency_key", index=index))
+        elif key is not None:
+            first_use[key] = index
+    if errors:
+        raise JobsRejected(errors, total=len(requests))
+    return validated
 
 
 def _new_job(request: JobRequest, owner, now: datetime) -> Job:
@@ -94,6 +139,7 @@ def _new_job(request: JobRequest, owner, now: datetime) -> Job:
         idempotency_key=request.idempotency_key,
         idempotency_fingerprint=request.fingerprint() if request.idempotency_key else "",
         owner=owner,
+        backend=request.backend,
     )
 
 
@@ -117,11 +163,11 @@ def enqueue_jobs(requests: Sequence[JobRequest], *, owner=None) -> list[Job]:
     Joins the caller's transaction when there is one: if it rolls back, no
     job, no outbox row, and nothing ever reaches Redis. Each returned job has
     ``was_created`` (False when an idempotency key matched an existing job).
+    Raises JobsRejected listing every job at fault (a broken rule, or a key
+    used with a different request or by another owner), with its index.
     """
-    validated = [_validated(request) for request in requests]
-    keys = [r.idempotency_key for r in validated if r.idempotency_key]
-    if len(keys) != len(set(keys)):
-        raise InvalidJob("the same key appears twice in one request", field="idempotency_key")
+    validated = validate_jobs(requests)
+    key_errors: list[QueueError] = []
     with transaction.atomic():
         now = timezone.now()
         jobs: list[Job] = []
@@ -136,11 +182,18 @@ def enqueue_jobs(requests: Sequence[JobRequest], *, owner=None) -> list[Job]:
                     with transaction.atomic():
                         job.save(force_insert=True)
                 except IntegrityError:
-                    jobs.append(_existing_for_key(request, owner))
+                    try:
+                        jobs.append(_existing_for_key(request, owner))
+                    except (IdempotencyConflict, IdempotencyKeyInUse) as exc:
+                        exc.index = index
+                        key_errors.append(exc)
                     continue
             job.was_created = True
             jobs.append(job)
             fresh.append(job)
+        if key_errors:
+            # Raised inside the block: the jobs saved so far roll back with it.
+            raise JobsRejected(key_errors, total=len(requests))
         unsaved = [job for job in fresh if not job.idempotency_key]
         if unsaved:
             Job.objects.bulk_create(unsaved)
@@ -148,7 +201,7 @@ def enqueue_jobs(requests: Sequence[JobRequest], *, owner=None) -> list[Job]:
             JobLog.objects.bulk_create(
                 JobLog(
                     job_id=job.id,
-                    event="enqueued",
+                    event=INITIAL_EVENT,
                     message=f"enqueued on {job.queue} ({job.priority})",
                     extra={"run_at": job.next_retry_at.isoformat()} if job.next_retry_at else {},
                 )
@@ -174,8 +227,12 @@ def enqueue_job(
     max_attempts: int | None = None,
     idempotency_key: str | None = None,
     owner=None,
+    backend: str = "",
 ) -> Job:
-    """Create one job (see ``enqueue_jobs``); a repeated idempotency key returns the existing job."""
+    """Create one job (see ``enqueue_jobs``); a repeated idempotency key returns the existing job.
+
+    Raises the job's own error (InvalidJob, UnknownJobType, ...) rather than JobsRejected.
+    """
     request = JobRequest(
         type=type,
         payload={} if payload is None else payload,
@@ -184,5 +241,9 @@ def enqueue_job(
         run_at=run_at,
         max_attempts=max_attempts,
         idempotency_key=idempotency_key,
+        backend=backend,
     )
-    return enqueue_jobs([request], owner=owner)[0]
+    try:
+        return enqueue_jobs([request], owner=owner)[0]
+    except JobsRejected as rejected:
+        raise rejected.errors[0] from None

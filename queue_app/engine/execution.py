@@ -16,13 +16,18 @@ from typing import Any
 import structlog
 from django.db import connection, transaction
 
-from queue_app import broker
 from queue_app.conf import queue_settings
 from queue_app.engine import selectors, sql
-from queue_app.engine.outbox import enqueue_intent, notify_relay
+from queue_app.engine.transitions import (
+    TransitionedJob,
+    apply_transition,
+    record_transitions,
+    table_params,
+    transition,
+)
 from queue_app.handlers import get_handler
-from queue_app.models import Job, JobLog, OutboxMessage
-from queue_app.states import Status
+from queue_app.models import Job, JobLog
+from queue_app.states import COMPLETION_FENCED, FAILURE_FENCED, HEARTBEAT_FENCED, Status
 
 log = structlog.get_logger("queue_app.services")
 
@@ -49,7 +54,10 @@ def claim_jobs(ids: Sequence[str], *, worker_id: str) -> list[ClaimedJob]:
     lease = queue_settings().LEASE_SECONDS
     valid_ids = [str(pk) for pk in selectors.valid_ids(ids)]
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
-        cursor.execute(sql.query("claim_jobs"), {"ids": valid_ids, "worker": worker_id, "lease": lease})
+        cursor.execute(
+            sql.query("claim_jobs"),
+            {"ids": valid_ids, "worker": worker_id, "lease": lease, **table_params("claim")},
+        )
         rows = cursor.fetchall()
     # Run in pop order (priority, then age); RETURNING order is unspecified.
     position = {job_id: index for index, job_id in enumerate(valid_ids)}
@@ -95,24 +103,6 @@ class Completion:
     result: Any
 
 
-_COMPLETE_SQL = """
-WITH input AS (
-    SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS t(id uuid, fence bigint, result jsonb)
-), done AS (
-    UPDATE jobs
-       SET status = 'completed', result = input.result, completed_at = now(),
-           last_error = '', worker_id = '', lease_expires_at = NULL
-      FROM input
-     WHERE jobs.id = input.id AND jobs.status = 'processing' AND jobs.fence = input.fence
- RETURNING jobs.id, jobs.attempts
-), logged AS (
-    INSERT INTO job_logs (job_id, created_at, level, event, message, extra)
-    SELECT id, now(), 'info', 'completed', '', jsonb_build_object('attempt', attempts) FROM done
-)
-SELECT id FROM done
-"""
-
-
 def complete_jobs(completions: Sequence[Completion]) -> set[str]:
     """Complete many jobs in one statement; returns the ids the fence let through.
 
@@ -124,11 +114,11 @@ def complete_jobs(completions: Sequence[Completion]) -> set[str]:
     rows = [{"id": c.job_id, "fence": c.fence, "result": c.result} for c in completions]
     with transaction.atomic(savepoint=False):
         with connection.cursor() as cursor:
-            cursor.execute(_COMPLETE_SQL, {"rows": json.dumps(rows)})
+            cursor.execute(sql.query("complete_jobs"), {"rows": json.dumps(rows), **table_params("complete")})
             done = {str(row[0]) for row in cursor.fetchall()}
-        fenced = [c for c in completions if c.job_id not in done]
+        fenced = [(c.job_id, c.fence) for c in completions if c.job_id not in done]
         if fenced:
-            _record_fenced(fenced, "completion_fenced")
+            _record_fenced(fenced, COMPLETION_FENCED)
     for job_id in done:
         log.debug("job_completed", job_id=job_id)
     if done:
@@ -136,34 +126,29 @@ def complete_jobs(completions: Sequence[Completion]) -> set[str]:
     return done
 
 
-def complete_job(job_id: str, fence: int, result: Any) -> bool:
-    """Complete one job; False when the fence rejected it (see ``complete_jobs``)."""
-    return bool(complete_jobs([Completion(job_id, fence, result)]))
-
-
 def note_fenced(job_id: str, fence: int) -> None:
     """Record that an attempt's completion was rejected (after its atomic work rolled back)."""
     with transaction.atomic():
-        _record_fenced([Completion(job_id, fence, None)], "completion_fenced")
+        _record_fenced([(job_id, fence)], COMPLETION_FENCED)
 
 
-def _record_fenced(items: Sequence[Completion], event: str) -> None:
-    existing = set(
-        str(pk) for pk in Job.objects.filter(id__in=[c.job_id for c in items]).values_list("id", flat=True)
-    )
+def _record_fenced(attempts: Sequence[tuple[str, int]], event: str) -> None:
+    """Log that these (job id, fence) pairs lost their job before their outcome was written."""
+    job_ids = [job_id for job_id, _ in attempts]
+    existing = {str(pk) for pk in Job.objects.filter(id__in=job_ids).values_list("id", flat=True)}
     JobLog.objects.bulk_create(
         JobLog(
-            job_id=c.job_id,
+            job_id=job_id,
             level=JobLog.Level.WARNING,
             event=event,
             message="attempt no longer holds the job; nothing written",
-            extra={"fence": c.fence},
+            extra={"fence": fence},
         )
-        for c in items
-        if c.job_id in existing
+        for job_id, fence in attempts
+        if job_id in existing
     )
-    for c in items:
-        log.warning(event, job_id=c.job_id, fence=c.fence)
+    for job_id, fence in attempts:
+        log.warning(event, job_id=job_id, fence=fence)
 
 
 def retry_delay(attempt: int, *, base: float, cap: float) -> float:
@@ -172,70 +157,10 @@ def retry_delay(attempt: int, *, base: float, cap: float) -> float:
     return random.uniform(delay / 2, delay)
 
 
-_SETTLE_FAILURE_SQL = """
-UPDATE jobs
-   SET status = CASE WHEN %(retry)s AND attempts < max_attempts THEN 'queued' ELSE 'failed' END,
-       next_retry_at = CASE WHEN %(retry)s AND attempts < max_attempts
-                            THEN now() + make_interval(secs => %(delay)s) END,
-       enqueued_at = CASE WHEN %(retry)s AND attempts < max_attempts
-                          THEN now() + make_interval(secs => %(delay)s) ELSE enqueued_at END,
-       completed_at = CASE WHEN %(retry)s AND attempts < max_attempts THEN NULL ELSE now() END,
-       last_error = %(error)s, worker_id = '', lease_expires_at = NULL
- WHERE {condition}
-RETURNING id, status, attempts, queue, next_retry_at
-"""
-
-
-def _settle_failures(
-    condition: str, params: dict, *, error: str, retry: bool, delay: float, events: tuple[str, str]
-) -> list[tuple]:
-    """Shared by a handler error and a lease rescue: retry with backoff or fail for good."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _SETTLE_FAILURE_SQL.format(condition=condition),
-            {**params, "retry": retry, "delay": delay, "error": error[:10_000]},
-        )
-        rows = cursor.fetchall()
-    retry_event, fail_event = events
-    logs, outbox = [], []
-    for job_id, status, attempts, queue, next_retry_at in rows:
-        if status == Status.QUEUED:
-            logs.append(
-                JobLog(
-                    job_id=job_id,
-                    level=JobLog.Level.WARNING,
-                    event=retry_event,
-                    message=error[:2000],
-                    extra={"attempt": attempts, "next_retry_at": next_retry_at.isoformat()},
-                )
-            )
-            outbox.append(
-                OutboxMessage(
-                    job_id=job_id,
-                    action=OutboxMessage.Action.SCHEDULE,
-                    queue=queue,
-                    score=broker.due_score(next_retry_at),
-                )
-            )
-        else:
-            logs.append(
-                JobLog(
-                    job_id=job_id,
-                    level=JobLog.Level.ERROR,
-                    event=fail_event,
-                    message=error[:2000],
-                    extra={"attempt": attempts},
-                )
-            )
-    JobLog.objects.bulk_create(logs)
-    if outbox:
-        OutboxMessage.objects.bulk_create(outbox)
-        notify_relay()
-    return rows
-
-
-def fail_job(job_id: str, fence: int, error: str, *, retry: bool = True) -> str | None:
+def fail_job(job_id: str, fence: int, error: str, *, retry: bool = True, error_class: str = "") -> str | None:
     """Record a failed attempt: back to queued after a backoff, or failed when none are left.
+
+    ``error_class`` is the import path of the exception that failed it, if one did.
 
     Returns the new status, or None when the fence rejected the write.
     """
@@ -243,33 +168,31 @@ def fail_job(job_id: str, fence: int, error: str, *, retry: bool = True) -> str 
     settings = queue_settings()
     base = (spec and spec.retry_backoff_base) or settings.RETRY_BACKOFF_BASE_SECONDS
     cap = (spec and spec.retry_backoff_max) or settings.RETRY_BACKOFF_MAX_SECONDS
+    settled = {
+        "fence": fence,
+        "message": error[:2000],
+        "error": error[:10_000],
+        "error_class": error_class[:300],
+    }
     with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT attempts FROM jobs WHERE id = %s AND status = 'processing' AND fence = %s",
-                [job_id, fence],
+        attempt = selectors.running_attempt(job_id, fence)
+        # schedule_retry holds only while attempts are left; otherwise fail does.
+        job = None
+        if retry and attempt is not None:
+            job = apply_transition(
+                "schedule_retry", job_id, delay=retry_delay(attempt, base=base, cap=cap), **settled
             )
-            row = cursor.fetchone()
-        rows = (
-            _settle_failures(
-                "id = %(id)s AND status = 'processing' AND fence = %(fence)s",
-                {"id": job_id, "fence": fence},
-                error=error,
-                retry=retry,
-                delay=retry_delay(row[0], base=base, cap=cap),
-                events=("retry_scheduled", "failed"),
-            )
-            if row
-            else []
-        )
-        if not rows:
-            _record_fenced([Completion(job_id, fence, None)], "failure_fenced")
+        if job is None:
+            job = apply_transition("fail", job_id, **settled)
+        if job is None:
+            _record_fenced([(job_id, fence)], FAILURE_FENCED)
             return None
-    status, attempt = rows[0][1], rows[0][2]
     log.info(
-        "job_retry_scheduled" if status == Status.QUEUED else "job_failed", job_id=job_id, attempt=attempt
+        "job_retry_scheduled" if job.status == Status.QUEUED else "job_failed",
+        job_id=job_id,
+        attempt=job.attempts,
     )
-    return status
+    return job.status
 
 
 def _spec_or_none(job_id: str):
@@ -280,46 +203,61 @@ def _spec_or_none(job_id: str):
         return None
 
 
-def rescue_expired_leases(limit: int = 1000) -> list[tuple]:
+def rescue_expired_leases(limit: int = 1000) -> list[TransitionedJob]:
     """Jobs whose worker stopped heartbeating: the attempt counts as failed.
 
     The fence stays, so a paused worker that wakes up later cannot write over
     the next attempt (whose claim raises it).
     """
-    settings = queue_settings()
+    requeue, fail = transition("rescue_requeue"), transition("rescue_fail")
+    error = "lease expired: the worker stopped heartbeating"
     with transaction.atomic():
-        rows = _settle_failures(
-            "id IN (SELECT id FROM jobs WHERE status = 'processing' AND lease_expires_at < now()"
-            " ORDER BY lease_expires_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED)",
-            {"limit": limit},
-            error="lease expired: the worker stopped heartbeating",
-            retry=True,
-            delay=settings.RETRY_BACKOFF_BASE_SECONDS,
-            events=("lease_expired_requeued", "lease_expired_failed"),
-        )
-    for job_id, status, attempts, *_ in rows:
-        log.warning("lease_expired", job_id=str(job_id), attempt=attempts, status=status)
-    return rows
+        with connection.cursor() as cursor:
+            cursor.execute(
+                sql.query("rescue_expired_leases"),
+                {
+                    "sources": sorted(requeue.sources | fail.sources),
+                    "requeue_target": requeue.target,
+                    "fail_target": fail.target,
+                    "delay": queue_settings().RETRY_BACKOFF_BASE_SECONDS,
+                    "error": error,
+                    "error_class": "queue_app.exceptions.LeaseLost",
+                    "limit": limit,
+                },
+            )
+            jobs = [TransitionedJob(str(row[0]), *row[1:]) for row in cursor.fetchall()]
+        record_transitions(requeue, [job for job in jobs if job.status == requeue.target], message=error)
+        record_transitions(fail, [job for job in jobs if job.status == fail.target], message=error)
+    for job in jobs:
+        log.warning("lease_expired", job_id=job.id, attempt=job.attempts, status=job.status)
+    return jobs
 
 
 def extend_leases(held: Sequence[tuple[str, int]], *, worker_id: str) -> set[str]:
     """Heartbeat: push out the leases of ``held`` (id, fence) this worker still holds;
-    returns the ids still held."""
+    returns the ids still held.
+
+    A lease this attempt no longer holds is not extended, and a 'heartbeat_fenced'
+    row says so.
+    """
     if not held:
         return set()
     rows = [{"id": job_id, "fence": fence} for job_id, fence in held]
-    with connection.cursor() as cursor:
+    with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
-            """
-            UPDATE jobs SET lease_expires_at = now() + make_interval(secs => %(lease)s)
-              FROM jsonb_to_recordset(%(rows)s::jsonb) AS t(id uuid, fence bigint)
-             WHERE jobs.id = t.id AND jobs.fence = t.fence
-               AND jobs.status = 'processing' AND jobs.worker_id = %(worker)s
-            RETURNING jobs.id
-            """,
-            {"rows": json.dumps(rows), "worker": worker_id, "lease": queue_settings().LEASE_SECONDS},
+            sql.query("extend_leases"),
+            {
+                "rows": json.dumps(rows),
+                "worker": worker_id,
+                "lease": queue_settings().LEASE_SECONDS,
+                "processing": Status.PROCESSING,
+            },
         )
-        return {str(row[0]) for row in cursor.fetchall()}
+        still_held = {str(row[0]) for row in cursor.fetchall()}
+        lost = [(job_id, fence) for job_id, fence in held if job_id not in still_held]
+        if lost:
+            _record_fenced(lost, HEARTBEAT_FENCED)
+    return still_held
 
 
 def hand_back_job(job_id: str, fence: int, *, worker_id: str, reason: str) -> bool:
@@ -330,29 +268,8 @@ def hand_back_job(job_id: str, fence: int, *, worker_id: str, reason: str) -> bo
     ``attempts`` goes back down, ``fence`` does not: the next claim gets a
     token no earlier holder ever had.
     """
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(
-                """
-                UPDATE jobs SET status = 'queued', attempts = attempts - 1, worker_id = '',
-                       lease_expires_at = NULL, started_at = NULL
-                 WHERE id = %s AND status = 'processing' AND fence = %s AND worker_id = %s
-                RETURNING id, queue, priority, enqueued_at, attempts
-                """,
-                [job_id, fence, worker_id],
-            )
-            row = cursor.fetchone()
-        if row is None:
-            log.info("hand_back_skipped", job_id=job_id, fence=fence)
-            return False
-        _, queue, priority, enqueued_at, attempts = row
-        JobLog.objects.create(
-            job_id=job_id,
-            event="handed_back",
-            message=reason,
-            extra={"attempt": attempts + 1, "fence": fence},
-        )
-        enqueue_intent(job_id, queue, priority, enqueued_at).save()
-        notify_relay()
+    if apply_transition("hand_back", job_id, fence=fence, worker=worker_id, message=reason) is None:
+        log.info("hand_back_skipped", job_id=job_id, fence=fence)
+        return False
     log.info("job_handed_back", job_id=job_id, fence=fence, reason=reason)
     return True

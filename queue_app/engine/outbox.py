@@ -7,11 +7,8 @@ from datetime import datetime
 from django.db import connection
 
 from queue_app import broker
+from queue_app.engine import sql
 from queue_app.models import Job, OutboxMessage
-from queue_app.states import PRIORITY_TIER
-
-# NOTIFY channel the relay listens on; delivered only when the transaction commits.
-OUTBOX_CHANNEL = "jobqueue_outbox"
 
 
 def ready_intent(job: Job) -> OutboxMessage:
@@ -32,11 +29,11 @@ def enqueue_intent(job_id, queue: str, priority: str, enqueued_at: datetime) -> 
         job_id=job_id,
         action=OutboxMessage.Action.ENQUEUE,
         queue=queue,
-        score=broker.priority_score(PRIORITY_TIER[priority], enqueued_at),
+        score=broker.ready_score(priority, enqueued_at),
     )
 
 
 def notify_relay() -> None:
     """Wake the relays when the surrounding transaction commits."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_notify(%s, '')", [OUTBOX_CHANNEL])
+        cursor.execute(sql.query("notify_relay"))

@@ -10,19 +10,14 @@ from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from queue_app.ids import parse_job_id
 from queue_app.models import Job
 from queue_app.states import Status
 
 
 def valid_ids(ids: Iterable[str]) -> list[uuid.UUID]:
     """The ids that parse as UUIDs (anything else cannot name a job)."""
-    valid = []
-    for value in ids:
-        try:
-            valid.append(uuid.UUID(str(value)))
-        except ValueError:
-            continue  # not a job id at all: nothing in PostgreSQL can match it
-    return valid
+    return [parsed for parsed in map(parse_job_id, ids) if parsed is not None]
 
 
 def statuses(ids: Iterable[str]) -> dict[str, str]:
@@ -63,7 +58,16 @@ def has_due(queues: Sequence[str]) -> bool:
     )
 
 
+def running_attempt(job_id: str, fence: int) -> int | None:
+    """The attempt number of the running job ``job_id`` if ``fence`` still holds it."""
+    return (
+        Job.objects.filter(id=job_id, status=Status.PROCESSING, fence=fence)
+        .values_list("attempts", flat=True)
+        .first()
+    )
+
+
 def held_by(worker_id: str) -> list[tuple[str, int]]:
     """(id, fence) of the jobs a worker identity holds."""
     rows = Job.objects.filter(status=Status.PROCESSING, worker_id=worker_id).values_list("id", "fence")
-    return [(str(pk), attempts) for pk, attempts in rows]
+    return [(str(pk), fence) for pk, fence in rows]

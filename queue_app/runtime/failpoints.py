@@ -1,8 +1,10 @@
-"""Named crash points for fault-injection tests and the chaos run.
+"""The fault-point handler of fault-injection tests and the chaos run.
 
+Installed only when ``JOBSITE_FAILPOINTS`` is set (the settings then name
+``hit`` as ``FAULT_POINT_HANDLER``); production code never imports it.
 ``JOBSITE_FAILPOINTS="relay.after_push=kill"`` makes the process SIGKILL
 itself the first time it reaches that point; ``=kill@0.2`` does so with
-probability 0.2 at each hit. Unset (the default), ``hit`` does nothing.
+probability 0.2 at each hit.
 """
 
 from __future__ import annotations

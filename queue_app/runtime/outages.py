@@ -40,6 +40,9 @@ class OutageGuard:
                 consecutive_failures=self.failures,
             )
             self._last_logged = now
+        else:
+            # Each try at debug level: what a test (or an operator) can count.
+            log.debug("store_still_unavailable", process=self.process, consecutive_failures=self.failures)
         sleep(min(self.max_backoff, 0.2 * 2 ** min(self.failures, 10)))
 
     def recovered(self) -> None:

@@ -30,7 +30,6 @@ are harmless: a worker claims by compare-and-set and drops the rest.
 from __future__ import annotations
 
 import contextlib
-import re
 import threading
 import time
 import uuid
@@ -45,9 +44,10 @@ from django.db import DatabaseError, connection, reset_queries
 
 from queue_app import broker
 from queue_app.conf import queue_settings
-from queue_app.engine import execution
+from queue_app.engine import execution, sql
+from queue_app.ids import canonical_job_id
 from queue_app.runtime.outages import OutageGuard
-from queue_app.states import PRIORITY_TIER, Status
+from queue_app.states import Status
 
 log = structlog.get_logger("queue_app.reconciler")
 
@@ -80,67 +80,14 @@ _WOULD = {
     FAILED_EXPIRED: "fail (lease expired, no attempt left)",
 }
 
-# One keyset page of queued jobs, with what the grace rules need. The inner
-# LIMIT runs first, so the outbox look-up (by its job_id index) is made only
-# for the rows of this page.
-_QUEUED_PAGE_SQL = """
-SELECT j.id::text, j.queue, j.priority, j.enqueued_at, j.next_retry_at,
-       j.next_retry_at IS NULL OR j.next_retry_at <= now() AS due,
-       coalesce(o.pending, false) AS relay_pending,
-       coalesce(j.next_retry_at > now() - make_interval(secs => %(grace)s) AND j.next_retry_at <= now(),
-                false)
-         OR coalesce(o.last_dispatched > now() - make_interval(secs => %(grace)s), false) AS recent
-  FROM (SELECT id, queue, priority, enqueued_at, next_retry_at
-          FROM jobs
-         WHERE status = 'queued' {after}
-         ORDER BY id
-         LIMIT %(limit)s) AS j
-  LEFT JOIN LATERAL (
-       SELECT bool_or(dispatched_at IS NULL) AS pending, max(dispatched_at) AS last_dispatched
-         FROM job_outbox
-        WHERE job_id = j.id) AS o ON true
- ORDER BY j.id
-"""
 
-# One primary-key probe per id. (With "id = ANY(array)" the planner prefers a
-# full scan of the table once the array is large, for every chunk; the LIMIT
-# keeps the lateral subquery from being flattened into such a join.)
-_KNOWN_IDS_SQL = """
-SELECT j.id::text, j.status, j.queue,
-       EXISTS (SELECT 1 FROM job_outbox o WHERE o.job_id = j.id AND o.dispatched_at IS NULL)
-  FROM unnest(%s::uuid[]) AS wanted(id)
- CROSS JOIN LATERAL (SELECT id, status, queue FROM jobs WHERE jobs.id = wanted.id LIMIT 1) AS j
-"""
-
-_EXPIRED_PAGE_SQL = """
-SELECT id::text, attempts, max_attempts
-  FROM jobs
- WHERE status = 'processing' AND lease_expires_at < now() {after}
- ORDER BY id
- LIMIT %(limit)s
-"""
-
-
-_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-def _canonical_id(value: str) -> str | None:
-    """The id as PostgreSQL prints it, or None when it cannot name a job (garbage in Redis)."""
-    if _CANONICAL_UUID.fullmatch(value):
-        return value  # the fast path: every id the system itself writes
-    try:
-        return str(uuid.UUID(value))
-    except ValueError:
-        return None
-
-
-def _fetch(sql: str, params) -> list[tuple]:
+def _fetch(statement: str, params) -> list[tuple]:
     # Under DEBUG, Django keeps every statement (here with arrays of thousands of
     # ids) in connection.queries until a request ends, which never happens in a
     # long-running command: clear it, or memory grows with every page.
     reset_queries()
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(sql.query(statement), params)
         return cursor.fetchall()
 
 
@@ -246,18 +193,18 @@ class Reconciler:
 
     def _rescue_expired_leases(self) -> None:
         if self.dry_run:
-            for page in self._pages(_EXPIRED_PAGE_SQL, {}):
+            for page in self._pages("expired_leases_page", {}):
                 for job_id, attempts, max_attempts in page:
                     action = REQUEUED_EXPIRED if attempts < max_attempts else FAILED_EXPIRED
                     self._record(action, job_id=job_id, attempt=attempts)
             return
         while not self.stopping:
             # Each batch is one transaction (SKIP LOCKED, so two reconcilers share the work).
-            rows = execution.rescue_expired_leases(limit=self.batch_size)
-            for job_id, status, attempts, *_ in rows:
-                action = REQUEUED_EXPIRED if status == Status.QUEUED else FAILED_EXPIRED
-                self._record(action, job_id=str(job_id), attempt=attempts)
-            if len(rows) < self.batch_size:
+            rescued = execution.rescue_expired_leases(limit=self.batch_size)
+            for job in rescued:
+                action = REQUEUED_EXPIRED if job.status == Status.QUEUED else FAILED_EXPIRED
+                self._record(action, job_id=job.id, attempt=job.attempts)
+            if len(rescued) < self.batch_size:
                 return
 
     # --- 2. stale ids ------------------------------------------------------------
@@ -284,8 +231,8 @@ class Reconciler:
 
     def _stale(self, ids: list[str], *, queue: str, structure: str, expected: bool) -> list[str]:
         """The ids among ``ids`` (found in ``structure`` of ``queue``) that must go."""
-        valid = {value: _canonical_id(value) for value in ids}
-        rows = _fetch(_KNOWN_IDS_SQL, [list({job_id for job_id in valid.values() if job_id})])
+        valid = {value: canonical_job_id(value) for value in ids}
+        rows = _fetch("known_ids", {"ids": list({job_id for job_id in valid.values() if job_id})})
         known = {row[0]: row[1:] for row in rows}
         doomed = []
         for value in dict.fromkeys(ids):
@@ -328,7 +275,7 @@ class Reconciler:
                     broker.reconcile_members_key(queue, token),
                     chunk=self._script_chunk,
                 )
-            for page in self._pages(_QUEUED_PAGE_SQL, {"grace": self.grace_seconds}):
+            for page in self._pages("queued_jobs_page", {"grace": self.grace_seconds}):
                 self._restore_page(client, [QueuedJob(*row) for row in page], token)
             if not self.dry_run:
                 # A crash before or during this leaves the rest of the staged ids only
@@ -402,20 +349,19 @@ class Reconciler:
             score = broker.enqueue_order_score(job.enqueued_at)
             structure = "fifo"
         else:
-            score = broker.priority_score(PRIORITY_TIER[job.priority], job.enqueued_at)
+            score = broker.ready_score(job.priority, job.enqueued_at)
             structure = "priority"
         self._record(RESTORED_READY, job_id=job.id, queue=job.queue, structure=structure, score=score)
         return broker.Intent("enqueue", job.id, job.queue, fifo, score)
 
     # --- helpers ---------------------------------------------------------------------
 
-    def _pages(self, sql: str, params: dict) -> Iterator[list[tuple]]:
+    def _pages(self, statement: str, params: dict) -> Iterator[list[tuple]]:
         """Keyset pagination by job id (the first column): each page is one short
         statement, so no snapshot is held for the whole run."""
         after = None
         while not self.stopping:
-            condition = "AND id > %(after)s::uuid" if after is not None else ""
-            rows = _fetch(sql.format(after=condition), {**params, "after": after, "limit": self.batch_size})
+            rows = _fetch(statement, {**params, "after": after, "limit": self.batch_size})
             if rows:
                 yield rows
             if len(rows) < self.batch_size:

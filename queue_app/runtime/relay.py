@@ -11,23 +11,31 @@ from __future__ import annotations
 
 import select
 import time
+from collections.abc import Callable
 
 import psycopg
 import structlog
+from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.db.models.functions import Now
+from django.utils.module_loading import import_string
 
 from queue_app import broker
 from queue_app.conf import queue_settings
-from queue_app.engine.outbox import OUTBOX_CHANNEL
+from queue_app.engine import sql
 from queue_app.models import OutboxMessage
-from queue_app.runtime import failpoints
 from queue_app.runtime.outages import OutageGuard
 
 log = structlog.get_logger("queue_app.relay")
 
 PRUNE_EVERY_SECONDS = 60.0
 PRUNE_CHUNK = 5000
+
+
+def fault_point_handler() -> Callable[[str], None] | None:
+    """The handler test or chaos settings install for named fault points; None in production."""
+    path = getattr(settings, "FAULT_POINT_HANDLER", "")
+    return import_string(path) if path else None
 
 
 class Relay:
@@ -39,6 +47,7 @@ class Relay:
         self.dispatched_total = 0
         self._listener: psycopg.Connection | None = None
         self._last_prune = 0.0
+        self._fault = fault_point_handler()
 
     def relay_batch(self) -> int:
         """Dispatch one batch; returns how many rows it sent."""
@@ -59,7 +68,9 @@ class Relay:
                     for _, action, job_id, queue, score in rows
                 ),
             )
-            failpoints.hit("relay.after_push")
+            if self._fault is not None:
+                # The crash window the outbox exists for: pushed, not yet marked.
+                self._fault("relay.after_push")
             OutboxMessage.objects.filter(id__in=[row[0] for row in rows]).update(dispatched_at=Now())
         log.debug("outbox_dispatched", count=len(rows))
         return len(rows)
@@ -81,15 +92,7 @@ class Relay:
         deleted = 0
         while not self.stopping:
             with connection.cursor() as cursor:
-                cursor.execute(
-                    """
-                    DELETE FROM job_outbox WHERE id IN (
-                        SELECT id FROM job_outbox
-                         WHERE dispatched_at < now() - make_interval(secs => %s)
-                         LIMIT %s)
-                    """,
-                    [retention, PRUNE_CHUNK],
-                )
+                cursor.execute(sql.query("prune_outbox"), {"retention": retention, "limit": PRUNE_CHUNK})
                 deleted += cursor.rowcount
                 if cursor.rowcount < PRUNE_CHUNK:
                     break
@@ -105,7 +108,7 @@ class Relay:
             params.pop("context", None)
             params.pop("server_side_binding", None)
             self._listener = psycopg.connect(**params, autocommit=True)
-            self._listener.execute(f"LISTEN {OUTBOX_CHANNEL}")
+            self._listener.execute(sql.query("listen_outbox"))
         return self._listener
 
     def wait_for_notification(self) -> None:

@@ -32,8 +32,8 @@ from queue_app.engine.execution import ClaimedJob, Completion
 from queue_app.exceptions import JobTimeLimitExceeded, LeaseLost, QueueError, WorkerShutdown
 from queue_app.handlers import HandlerSpec, _current_job, get_handler
 from queue_app.payloads import check_json
-from queue_app.runtime import failpoints
 from queue_app.runtime.outages import OutageGuard
+from queue_app.runtime.relay import fault_point_handler
 from queue_app.states import PRIORITY_TIER
 
 log = structlog.get_logger("queue_app.worker")
@@ -102,6 +102,7 @@ class Worker:
         # Smoothed seconds per job in this process: sizes the next claim.
         self._seconds_per_job: float | None = None
         self._next_queue = 0
+        self._fault = fault_point_handler()
         self.current: ClaimedJob | None = None
         self.soft_deadline: float | None = None
         self.shutdown_deadline: float | None = None
@@ -227,7 +228,8 @@ class Worker:
             return True
         # A crash from here until the claim commits leaves the ids in the in-flight
         # sets; the next sweep (any worker's upkeep) puts them back within seconds.
-        failpoints.hit("worker.after_pop")
+        if self._fault is not None:
+            self._fault("worker.after_pop")
         self._process(client, popped)
         return True
 
@@ -443,13 +445,22 @@ class Worker:
         except WorkerShutdown:
             self._hand_back(job, "worker shutdown grace period ended")
         except JobTimeLimitExceeded as exc:
-            self._settle_failure(job, f"JobTimeLimitExceeded: {exc}", retry=True)
+            self._settle_failure(
+                job,
+                f"JobTimeLimitExceeded: {exc}",
+                retry=True,
+                error_class="queue_app.exceptions.JobTimeLimitExceeded",
+            )
         except BaseException as exc:  # noqa: BLE001 - however a handler ends, the attempt counts
             # SystemExit, KeyboardInterrupt and GeneratorExit raised by a handler are its
             # failure too: letting them end the process would hand the job back uncounted,
             # to be claimed again forever (a poison job).
             retry = not isinstance(exc, spec.give_up_on)
-            self._settle_failure(job, "".join(traceback.format_exception(exc)).strip(), retry=retry)
+            # The full traceback, as traceback.format_exc() gives it (django.tasks reads it).
+            error_class = f"{type(exc).__module__}.{type(exc).__qualname__}"
+            self._settle_failure(
+                job, "".join(traceback.format_exception(exc)), retry=retry, error_class=error_class
+            )
         else:
             if outcome is not None:
                 with self._batch_lock:  # the heartbeat thread may be taking the list
@@ -486,12 +497,12 @@ class Worker:
     def _check_result(result: Any) -> None:
         check_json(result, field="result", max_bytes=MAX_RESULT_BYTES, max_depth=64)
 
-    def _settle_failure(self, job: ClaimedJob, error: str, *, retry: bool) -> None:
+    def _settle_failure(self, job: ClaimedJob, error: str, *, retry: bool, error_class: str = "") -> None:
         # The handler may have closed or broken this process's connection; the failure
         # must still be written, so start from a working one.
         if connection.connection is not None and not connection.is_usable():
             connection.close()
-        execution.fail_job(job.id, job.fence, error, retry=retry)
+        execution.fail_job(job.id, job.fence, error, retry=retry, error_class=error_class)
         self.held.pop(job.id, None)
 
     def _hand_back(self, job: ClaimedJob, reason: str) -> None:

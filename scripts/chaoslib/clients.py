@@ -12,7 +12,11 @@ client may safely do after an error decides how it retries:
   retried; such a job may exist or not, and either is correct.
 
 The API client also cancels a few of its jobs while they run, and retries
-some of those it cancelled.
+some of those it cancelled; it records each action and whether its outcome
+is certain. From the spec and those actions, ``Submission.allowed_statuses``
+says how the job may end: a job fails only if its payload fails every attempt,
+ends cancelled only if a client cancelled it (and did not retry it after),
+and otherwise completes.
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ from typing import Any
 CHANNEL_WEIGHTS = {"service": 25, "service-keyed": 25, "api": 35, "api-bulk": 15}
 BATCHED = {"service", "service-keyed", "api-bulk"}
 FAR_FUTURE_SECONDS = 24 * 3600.0
+# Attempts of a job meant to complete: its planned failures plus room for the attempts faults
+# cost (each lease expiry or restart recovery counts one), so it never runs out by chance.
+SPARE_ATTEMPTS = (8, 12)
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,17 @@ class Spec:
     @property
     def far_future(self) -> bool:
         return bool(self.payload.get("far"))
+
+    @property
+    def natural_status(self) -> str:
+        """How the job ends when nobody cancels it: failed only if it fails on every attempt.
+
+        A far-future or tail job (``plan_tail``) is cancelled by the run itself once the
+        final checks have seen it in Redis.
+        """
+        if self.far_future or self.payload.get("tail"):
+            return "cancelled"
+        return "failed" if int(self.payload.get("fail_first", 0)) >= self.max_attempts else "completed"
 
     def body(self, *, with_key: bool = True) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -75,6 +93,25 @@ class Submission:
     tries: int = 0
     outcome: str = "pending"  # "acked" | "unknown" | "rejected" | "pending"
     error: str = ""
+    # The API client's cancels and retries of this job, in order: (action, final HTTP status or
+    # None, certain). Not certain when an earlier try got no answer: it may have taken effect.
+    actions: list[tuple[str, int | None, bool]] = field(default_factory=list)
+
+    def allowed_statuses(self) -> set[str]:
+        """The statuses this job may end in, given the spec and what the client did to it."""
+        allowed = {self.spec.natural_status}
+        for action, status, certain in self.actions:
+            took_effect = status == 200
+            if action == "cancel":
+                if took_effect and certain:
+                    allowed = {"cancelled"}
+                elif took_effect or not certain:
+                    allowed = allowed | {"cancelled"}
+            elif action == "retry" and (took_effect or not certain):
+                # A retry runs the job again from cancelled: it ends as if never cancelled.
+                natural = {self.spec.natural_status}
+                allowed = natural if took_effect and certain else allowed | natural
+        return allowed
 
 
 def plan_submissions(seed: int, count: int, *, window: float) -> list[Spec]:
@@ -118,11 +155,34 @@ def plan_submissions(seed: int, count: int, *, window: float) -> list[Spec]:
                 priority=rng.choice(["high", "medium", "low"]),
                 queue="bulk" if rng.random() < 0.25 else "default",
                 delay=delay,
-                max_attempts=rng.randint(4, 8),
+                max_attempts=rng.randint(2, 4)
+                if payload.get("fail_first") == 100
+                else payload.get("fail_first", 0) + rng.randint(*SPARE_ATTEMPTS),
                 key=None if channel == "service" else f"chaos-{seed}-{index}",
             )
         )
     return sorted(specs, key=lambda spec: (spec.at, spec.ref))
+
+
+def plan_tail(seed: int, count: int) -> list[Spec]:
+    """Jobs submitted after the workers stopped, so the final Redis check sees ready ids
+    (in every tier and both queues) whose place and score it can verify."""
+    rng = random.Random(seed + 4)
+    return [
+        Spec(
+            ref=f"t{index:06d}",
+            channel="service-keyed",
+            at=0.0,
+            type="probe.chaos",
+            payload={"ref": f"t{index:06d}", "tail": True},
+            priority=rng.choice(["high", "medium", "low"]),
+            queue=rng.choice(["default", "bulk"]),
+            delay=None,
+            max_attempts=1,
+            key=f"chaos-{seed}-t{index}",
+        )
+        for index in range(count)
+    ]
 
 
 def _batches(specs: list[Spec], started: float, stop: threading.Event):
@@ -258,18 +318,23 @@ class ApiClient(threading.Thread):
             return response.status, None  # e.g. DEBUG's HTML page for a 500
 
     def send(self, method: str, path: str, body: Any = None, headers: dict | None = None):
-        """Send until an answer that is not a 5xx; the same request each time."""
+        """Send until an answer that is not a 5xx; the same request each time.
+
+        Returns (status, data, certain): not certain when an earlier try got no answer
+        or a 5xx, since that try may have taken effect."""
         backoff = 0.1
+        certain = True
         while True:
             try:
                 status, data = self.request(method, path, body, headers)
                 if status < 500:
-                    return status, data
+                    return status, data, certain
                 self.http_errors[str(status)] += 1
             except (OSError, http.client.HTTPException) as exc:
                 self.http_errors[type(exc).__name__] += 1
+            certain = False
             if self.stop.is_set():
-                return None, None
+                return None, None, False
             self.stop.wait(backoff)
             backoff = min(backoff * 2, 2.0)
 
@@ -278,7 +343,7 @@ class ApiClient(threading.Thread):
             for spec in batch:
                 self.submissions[spec.ref].tries += 1
             if batch[0].channel == "api":
-                status, data = self.send(
+                status, data, _ = self.send(
                     "POST",
                     "/api/jobs/",
                     batch[0].body(with_key=False),
@@ -286,7 +351,9 @@ class ApiClient(threading.Thread):
                 )
                 self._record(batch, status, [data] if status in (200, 201) else data)
             else:
-                status, data = self.send("POST", "/api/jobs/bulk/", {"jobs": [spec.body() for spec in batch]})
+                status, data, _ = self.send(
+                    "POST", "/api/jobs/bulk/", {"jobs": [spec.body() for spec in batch]}
+                )
                 self._record(batch, status, data["jobs"] if status in (200, 201) else data)
             self._maybe_cancel()
 
@@ -306,9 +373,12 @@ class ApiClient(threading.Thread):
         acked = [s for s in self.submissions.values() if s.acked_ids and not s.spec.far_future]
         if not acked or self.rng.random() >= 0.05:
             return
-        job_id = self.rng.choice(acked).acked_ids[0]
-        status, _ = self.send("POST", f"/api/jobs/{job_id}/cancel/")
+        record = self.rng.choice(acked)
+        job_id = record.acked_ids[0]
+        status, _, certain = self.send("POST", f"/api/jobs/{job_id}/cancel/")
+        record.actions.append(("cancel", status, certain))
         self.actions[("cancel", status)] += 1
         if status == 200 and self.rng.random() < 0.5:
-            status, _ = self.send("POST", f"/api/jobs/{job_id}/retry/")
+            status, _, certain = self.send("POST", f"/api/jobs/{job_id}/retry/")
+            record.actions.append(("retry", status, certain))
             self.actions[("retry", status)] += 1

@@ -24,6 +24,10 @@ from chaoslib.schedule import Fault
 
 # How long a worker fault waits for some worker to hold a job before hitting an idle one.
 BUSY_WAIT_SECONDS = 2.0
+# A fault that finds no target (a process still down, Redis restarting) is tried again this
+# often, this long apart, before it counts as skipped; the run requires a minimum per kind.
+RETRIES_WHEN_SKIPPED = 3
+RETRY_GAP_SECONDS = 1.0
 
 
 def _identity(child: Child) -> str:
@@ -42,6 +46,8 @@ class Injector:
         redis_client: Callable[[], redis.Redis],
         pick_ids: Callable[[], dict[str, list[str]]],
         busy_workers: Callable[[], set[str]],
+        long_jobs: Callable[[], dict[str, tuple[str, int]]],
+        reclaimed: Callable[[str, int], bool],
         seed: int,
         log_path: Path,
     ) -> None:
@@ -50,6 +56,8 @@ class Injector:
         self.redis_client = redis_client
         self.pick_ids = pick_ids
         self.busy_workers = busy_workers
+        self.long_jobs = long_jobs
+        self.reclaimed = reclaimed
         # Which stale ids to push, which busy worker to hit; the plan has its own stream.
         self.rng = random.Random(seed + 1)
         self.applied: Counter = Counter()
@@ -79,7 +87,8 @@ class Injector:
             heapq.heappop(self._pending)
             line = action()
             self.last_action_at = time.monotonic()
-            self._note(line)
+            if line is not None:  # None: a poll that found nothing to do yet
+                self._note(line)
         idle()
 
     def _note(self, line: str) -> None:
@@ -91,10 +100,14 @@ class Injector:
 
     # --- faults ------------------------------------------------------------------------
 
-    def apply(self, fault: Fault) -> str:
-        """Apply one fault; each kind's method returns what it did, or None if it found no target."""
+    def apply(self, fault: Fault, tries_left: int = RETRIES_WHEN_SKIPPED) -> str:
+        """Apply one fault; each kind's method returns what it did, or None if it found no target
+        (then it is tried again a little later, and counted as skipped after the last try)."""
         done = getattr(self, f"_{fault.kind}")(fault)
         if done is None:
+            if tries_left > 0:
+                self.schedule(time.monotonic() + RETRY_GAP_SECONDS, lambda: self.apply(fault, tries_left - 1))
+                return f"{fault.describe()}: no target yet, trying again in {RETRY_GAP_SECONDS:.0f} s"
             self.skipped[fault.kind] += 1
             return f"{fault.describe()}: skipped (target not running or unreachable)"
         self.applied[fault.kind] += 1
@@ -158,6 +171,35 @@ class Injector:
         self._later(fault.hold, f"resumed {child.name}", lambda: self.cast.resume(child))
         return f"paused {child.name}"
 
+    def _pause_until_reclaimed(self, fault: Fault) -> str | None:
+        """Pause a worker running a long job; resume it as soon as another worker has claimed
+        that job (or the hold ran out), so the stale attempt wakes while the next one runs."""
+        deadline = time.monotonic() + BUSY_WAIT_SECONDS
+        while True:
+            running = {_identity(c): c for c in self.cast.by_role("worker") if c.alive and not c.paused}
+            targets = [(name, job) for name, job in sorted(self.long_jobs().items()) if name in running]
+            if targets:
+                break
+            if time.monotonic() > deadline:
+                return None
+            self.cast.watch()
+            time.sleep(0.05)
+        identity, (job_id, attempt) = self.rng.choice(targets)
+        child = running[identity]
+        self.cast.pause(child)
+        give_up = time.monotonic() + fault.hold
+
+        def poll() -> str | None:
+            if self.reclaimed(job_id, attempt) or time.monotonic() > give_up:
+                self.cast.resume(child)
+                how = "reclaimed" if self.reclaimed(job_id, attempt) else "not reclaimed in time"
+                return f"resumed {child.name} ({job_id} attempt {attempt} {how})"
+            self.schedule(time.monotonic() + 0.05, poll)
+            return None
+
+        self.schedule(time.monotonic() + 0.05, poll)
+        return f"paused {child.name} running {job_id} attempt {attempt}"
+
     def _kill_relay(self, fault: Fault) -> str | None:
         return self._kill_and_restart(self.cast.by_role("relay")[fault.target], fault.hold)
 
@@ -184,7 +226,7 @@ class Injector:
         self._later(fault.hold, "started PostgreSQL", self.stores.start_postgres)
         return "stopped PostgreSQL"
 
-    def _push_stale_ids(self, fault: Fault) -> str:
+    def _push_stale_ids(self, fault: Fault) -> str | None:
         """Ids a worker must not run again: queued ones twice, finished ones, and unknown ones."""
         from queue_app import broker
 

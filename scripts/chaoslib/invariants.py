@@ -16,10 +16,13 @@ from django.db import connection
 
 from chaoslib.clients import Submission
 from queue_app import broker
-from queue_app.states import INITIAL_EVENT, TERMINAL, TRANSITIONS, Status
-
-# Log events that record a decision, not a transition; allowed anywhere in a trail.
-NON_TRANSITION_EVENTS = frozenset({"completion_fenced", "failure_fenced", "reenqueued"})
+from queue_app.states import (
+    INITIAL_EVENT,
+    NON_TRANSITION_EVENTS,
+    PRIORITY_TIER,
+    TRANSITIONS,
+    Status,
+)
 
 
 @dataclass
@@ -28,6 +31,7 @@ class Result:
     description: str
     violations: int
     examples: list = field(default_factory=list)
+    checked: int | None = None  # how many things were examined (None: not countable)
 
     @property
     def passed(self) -> bool:
@@ -35,10 +39,11 @@ class Result:
 
 
 _TABLES = """
-DROP TABLE IF EXISTS chaos_submission, chaos_execution;
+DROP TABLE IF EXISTS chaos_submission, chaos_execution, chaos_execution_claim;
 CREATE TABLE chaos_submission (
     ref text PRIMARY KEY, channel text NOT NULL, idempotency_key text, outcome text NOT NULL,
-    acked_ids uuid[] NOT NULL, tries int NOT NULL, far_future bool NOT NULL
+    acked_ids uuid[] NOT NULL, tries int NOT NULL, far_future bool NOT NULL,
+    allowed_statuses text[] NOT NULL, client_cancelled bool NOT NULL
 );
 CREATE TABLE chaos_execution (
     execution text PRIMARY KEY, job_id uuid NOT NULL, attempt int NOT NULL, pid int NOT NULL,
@@ -47,14 +52,47 @@ CREATE TABLE chaos_execution (
 CREATE INDEX ON chaos_execution (job_id);
 """
 
+# Log events that end a claim's attempt: every transition out of 'processing'.
+ENDING_EVENTS = sorted(event for event, (sources, _) in TRANSITIONS.items() if Status.PROCESSING in sources)
+
+# Each execution with the claim it ran under and the log row that ended that claim's attempt.
+# Its claim is the latest 'claimed' row of its job and attempt written before it started (an
+# attempt number repeats only after a hand-back, and then the claims follow one another); the
+# end is the first row after that claim that leaves 'processing'.
+_EXECUTION_CLAIMS = """
+CREATE TABLE chaos_execution_claim AS
+SELECT e.execution, e.job_id, e.attempt, e.started_at, c.id AS claim_id, c.created_at AS claimed_at,
+       x.event AS end_event, x.created_at AS ended_at
+  FROM chaos_execution e
+  LEFT JOIN LATERAL (
+        SELECT l.id, l.created_at FROM job_logs l
+         WHERE l.job_id = e.job_id AND l.event = 'claimed'
+           AND (l.extra->>'attempt')::int = e.attempt AND l.created_at <= e.started_at
+         ORDER BY l.id DESC LIMIT 1) AS c ON true
+  LEFT JOIN LATERAL (
+        SELECT l.event, l.created_at FROM job_logs l
+         WHERE l.job_id = e.job_id AND l.id > c.id AND l.event = ANY(%(ending)s)
+         ORDER BY l.id LIMIT 1) AS x ON true
+"""
+
 
 def load(submissions: Iterable[Submission], executions: Iterable[dict]) -> None:
     with connection.cursor() as cursor:
         cursor.execute(_TABLES)
         cursor.executemany(
-            "INSERT INTO chaos_submission VALUES (%s, %s, %s, %s, %s::uuid[], %s, %s)",
+            "INSERT INTO chaos_submission VALUES (%s, %s, %s, %s, %s::uuid[], %s, %s, %s, %s)",
             [
-                (s.spec.ref, s.spec.channel, s.spec.key, s.outcome, s.acked_ids, s.tries, s.spec.far_future)
+                (
+                    s.spec.ref,
+                    s.spec.channel,
+                    s.spec.key,
+                    s.outcome,
+                    s.acked_ids,
+                    s.tries,
+                    s.spec.far_future,
+                    sorted(s.allowed_statuses()),
+                    any(action == "cancel" for action, _, _ in s.actions),
+                )
                 for s in submissions
             ],
         )
@@ -65,73 +103,85 @@ def load(submissions: Iterable[Submission], executions: Iterable[dict]) -> None:
                 for e in executions
             ],
         )
+        cursor.execute(_EXECUTION_CLAIMS, {"ending": ENDING_EVENTS})
 
 
-_TERMINAL = ", ".join(f"'{status}'" for status in sorted(TERMINAL))
-
-# Pairs of executions of one job that ran at the same time; e1 is the one of the earlier claim
-# (attempts count claims; two claims share a number only after a hand-back, then start order).
+# Pairs of executions of one job that ran at the same time (a figure, not an invariant: a worker
+# paused mid-handler overlaps the next attempt; what matters is that it started in time and its
+# writes are fenced, which the checks below hold).
 OVERLAPPING_EXECUTIONS = """chaos_execution e1
              JOIN chaos_execution e2 ON e2.job_id = e1.job_id
               AND (e1.attempt, e1.started_at, e1.execution) < (e2.attempt, e2.started_at, e2.execution)
               AND e2.started_at < coalesce(e1.ended_at, 'infinity')
               AND e1.started_at < coalesce(e2.ended_at, 'infinity')"""
 
-# Cancelling a job does not stop a worker that claimed it from starting it (a worker re-checks
-# its leases only when the last confirmation is older than a heartbeat); the attempt is fenced:
-# it writes neither result nor effect. Such an execution of a job that was cancelled, retried
-# and completed meanwhile may start after the completion. Nothing else may.
-_CANCELLED_CLAIM = """
-    j.result->>'execution' IS DISTINCT FROM e.execution
-    AND NOT EXISTS (SELECT 1 FROM probe_effect f WHERE f.execution = e.execution)
-    AND EXISTS (
-        SELECT 1 FROM job_logs c
-         WHERE c.job_id = e.job_id AND c.event = 'cancelled'
-           AND c.id > (SELECT max(l.id) FROM job_logs l
-                        WHERE l.job_id = e.job_id AND l.event = 'claimed'
-                          AND (l.extra->>'attempt')::int = e.attempt))"""
+# An execution that wrote the job's result or a side effect.
+_WROTE = """(j.result->>'execution' = e.execution
+             OR EXISTS (SELECT 1 FROM probe_effect f WHERE f.execution = e.execution))"""
 
-# name -> (what must hold, a query returning the rows that break it)
-SQL_CHECKS: dict[str, tuple[str, str]] = {
-    "no_acknowledged_submission_lost": (
+
+@dataclass(frozen=True)
+class Check:
+    description: str
+    checked: str  # a query counting what was examined
+    violations: str  # a query returning the counter-examples
+
+
+# name -> the check. Parameters: %(cancel_race_seconds)s.
+SQL_CHECKS: dict[str, Check] = {
+    "no_acknowledged_submission_lost": Check(
         "every job id an acknowledgement named exists",
+        "SELECT count(*) FROM chaos_submission s, unnest(s.acked_ids)",
         """SELECT s.ref, a.id FROM chaos_submission s, unnest(s.acked_ids) AS a(id)
             WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = a.id)""",
     ),
-    "acknowledgements_name_the_submitted_job": (
+    "acknowledgements_name_the_submitted_job": Check(
         "an acknowledged id is the job of that submission, and repeats name the same job",
+        "SELECT count(*) FROM chaos_submission s, unnest(s.acked_ids)",
         """SELECT s.ref, a.id, j.payload->>'ref' FROM chaos_submission s, unnest(s.acked_ids) AS a(id)
              JOIN jobs j ON j.id = a.id WHERE j.payload->>'ref' IS DISTINCT FROM s.ref
            UNION ALL
            SELECT s.ref, NULL, array_to_string(s.acked_ids, ',') FROM chaos_submission s
             WHERE (SELECT count(DISTINCT x) FROM unnest(s.acked_ids) AS x) > 1""",
     ),
-    "no_unexpected_job": (
+    "no_unexpected_job": Check(
         "every job comes from a submission the client made",
+        "SELECT count(*) FROM jobs",
         """SELECT j.id, j.payload->>'ref' FROM jobs j
             WHERE NOT EXISTS (SELECT 1 FROM chaos_submission s WHERE s.ref = j.payload->>'ref')""",
     ),
-    "one_job_per_submission_and_key": (
+    "one_job_per_submission_and_key": Check(
         "a submission (and so an idempotency key) made at most one job",
+        "SELECT count(*) FROM jobs",
         """SELECT payload->>'ref', count(*) FROM jobs GROUP BY 1 HAVING count(*) > 1
            UNION ALL
            SELECT idempotency_key, count(*) FROM jobs WHERE idempotency_key IS NOT NULL
             GROUP BY 1 HAVING count(*) > 1""",
     ),
-    "every_job_terminal": (
-        "every job ends completed, failed or cancelled",
-        f"""SELECT id, status FROM jobs WHERE status NOT IN ({_TERMINAL})""",
+    "every_job_ends_as_expected": Check(
+        "a job ends failed only if its payload fails every attempt, cancelled only if a client"
+        " cancelled it (and did not retry it), and completed otherwise",
+        "SELECT count(*) FROM jobs",
+        """SELECT j.id, j.status, s.allowed_statuses FROM jobs j
+             JOIN chaos_submission s ON s.ref = j.payload->>'ref'
+            WHERE j.status <> ALL(s.allowed_statuses)""",
     ),
-    "attempts_within_max": (
-        "attempts never exceed max_attempts (nor do journaled executions)",
+    "attempts_within_max": Check(
+        "attempts never exceed max_attempts (nor do claims or journaled executions)",
+        "SELECT (SELECT count(*) FROM jobs) + (SELECT count(*) FROM chaos_execution)",
         """SELECT id, attempts, max_attempts FROM jobs WHERE attempts > max_attempts
            UNION ALL
            SELECT e.job_id, e.attempt, j.max_attempts FROM chaos_execution e JOIN jobs j ON j.id = e.job_id
-            WHERE e.attempt > j.max_attempts""",
+            WHERE e.attempt > j.max_attempts
+           UNION ALL
+           SELECT l.job_id, (l.extra->>'attempt')::int, j.max_attempts FROM job_logs l
+             JOIN jobs j ON j.id = l.job_id
+            WHERE l.event = 'claimed' AND (l.extra->>'attempt')::int > j.max_attempts""",
     ),
-    "completed_by_its_last_attempt": (
+    "completed_by_its_last_attempt": Check(
         "a completed job has one 'completed' log row, and it, the result and the completing"
         " execution all carry the job's last attempt",
+        "SELECT count(*) FROM jobs WHERE status = 'completed'",
         """SELECT j.id, j.attempts, j.result FROM jobs j
             WHERE j.status = 'completed' AND (
                   (j.result->>'attempt')::int IS DISTINCT FROM j.attempts
@@ -142,24 +192,43 @@ SQL_CHECKS: dict[str, tuple[str, str]] = {
                                  AND e.job_id = j.id AND e.attempt = j.attempts
                                  AND e.outcome = 'returned'))""",
     ),
-    "no_unfenced_overlap": (
-        "two executions of a job overlap only if the earlier claim's was fenced (wrote neither"
-        " result nor effect)",
-        f"""SELECT e1.job_id, e1.execution, e2.execution
-             FROM {OVERLAPPING_EXECUTIONS} JOIN jobs j ON j.id = e1.job_id
-            WHERE j.result->>'execution' = e1.execution
-               OR EXISTS (SELECT 1 FROM probe_effect f WHERE f.execution = e1.execution)""",
+    "every_execution_has_its_claim": Check(
+        "every journaled execution started after a 'claimed' row of its job and attempt",
+        "SELECT count(*) FROM chaos_execution_claim",
+        """SELECT job_id, execution, attempt, started_at FROM chaos_execution_claim
+            WHERE claim_id IS NULL""",
     ),
-    "no_execution_after_completion": (
-        "no execution starts after its job completed, unless its claim was cancelled and it wrote nothing",
-        f"""SELECT e.job_id, e.execution, e.started_at, j.completed_at
-             FROM chaos_execution e JOIN jobs j ON j.id = e.job_id
-            WHERE j.status = 'completed' AND (e.started_at > j.completed_at OR e.attempt > j.attempts)
-              AND NOT ({_CANCELLED_CLAIM})""",
+    "one_execution_per_claim": Check(
+        "no claim ran its job twice",
+        "SELECT count(DISTINCT claim_id) FROM chaos_execution_claim",
+        """SELECT job_id, claim_id, count(*) FROM chaos_execution_claim WHERE claim_id IS NOT NULL
+            GROUP BY job_id, claim_id HAVING count(*) > 1""",
     ),
-    "effect_exactly_once_per_completed_job": (
+    "no_execution_after_its_attempt_ended": Check(
+        "no execution starts after the log row that ended its attempt (completion, failure, retry,"
+        " lease expiry, hand-back), whatever it wrote; cancels are counted below",
+        "SELECT count(*) FROM chaos_execution_claim",
+        """SELECT job_id, execution, attempt, end_event, ended_at, started_at FROM chaos_execution_claim
+            WHERE end_event IS DISTINCT FROM 'cancelled' AND started_at >= ended_at""",
+    ),
+    "cancel_race_bounded": Check(
+        "the cancel-after-claim race (counted as checked): an execution that starts after a cancel"
+        " ended its attempt is of a job a client cancelled, starts within one heartbeat (+1 s) of"
+        " the cancel, and writes neither result nor effect",
+        """SELECT count(*) FROM chaos_execution_claim
+            WHERE end_event = 'cancelled' AND started_at >= ended_at""",
+        f"""SELECT e.job_id, e.execution, e.started_at - e.ended_at AS late_by, s.client_cancelled
+             FROM chaos_execution_claim e JOIN jobs j ON j.id = e.job_id
+             JOIN chaos_submission s ON s.ref = j.payload->>'ref'
+            WHERE e.end_event = 'cancelled' AND e.started_at >= e.ended_at
+              AND (NOT s.client_cancelled
+                   OR e.started_at > e.ended_at + make_interval(secs => %(cancel_race_seconds)s)
+                   OR {_WROTE})""",
+    ),
+    "effect_exactly_once_per_completed_job": Check(
         "a probe.chaos job's side effect exists once if it completed (by the completing"
         " execution), never otherwise",
+        "SELECT count(*) FROM jobs WHERE type = 'probe.chaos'",
         """SELECT j.id, j.status, count(f.id) FROM jobs j
              LEFT JOIN probe_effect f ON f.job_id = j.id
             WHERE j.type = 'probe.chaos'
@@ -170,25 +239,24 @@ SQL_CHECKS: dict[str, tuple[str, str]] = {
            SELECT f.job_id, 'no such job', 1 FROM probe_effect f
             WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = f.job_id)""",
     ),
-    "outbox_drained": (
-        "every outbox row was relayed",
-        """SELECT id, job_id, action FROM job_outbox WHERE dispatched_at IS NULL""",
-    ),
 }
 
 
-def run_sql_checks(names: Iterable[str] | None = None) -> list[Result]:
+def run_sql_checks(*, cancel_race_seconds: float, names: Iterable[str] | None = None) -> list[Result]:
+    params = {"cancel_race_seconds": cancel_race_seconds}
     results = []
     with connection.cursor() as cursor:
         for name in names or SQL_CHECKS:
-            description, sql = SQL_CHECKS[name]
-            cursor.execute(f"SELECT count(*) FROM ({sql}) AS broken")
+            check = SQL_CHECKS[name]
+            cursor.execute(check.checked)
+            checked = cursor.fetchone()[0]
+            cursor.execute(f"SELECT count(*) FROM ({check.violations}) AS broken", params)
             violations = cursor.fetchone()[0]
             examples = []
             if violations:
-                cursor.execute(f"{sql} LIMIT 5")
+                cursor.execute(f"{check.violations} LIMIT 5", params)
                 examples = [tuple(str(value) for value in row) for row in cursor.fetchall()]
-            results.append(Result(name, description, violations, examples))
+            results.append(Result(name, check.description, violations, examples, checked))
     return results
 
 
@@ -215,6 +283,7 @@ def check_log_trails() -> Result:
         "each job's log trail starts with 'enqueued', follows the state machine and ends at its status",
         len(broken),
         broken[:5],
+        len(statuses),
     )
 
 
@@ -237,45 +306,84 @@ def _walk(events: list[str], final_status: str) -> str | None:
 
 
 def check_redis_agrees(queues: dict[str, bool]) -> Result:
-    """After a reconcile (workers stopped): every queued job is where it belongs, nothing else is."""
+    """After a reconcile (workers stopped): every queued job is where it belongs, once, with its
+    exact score, and nothing else is in Redis.
+
+    Ready ids in a priority set must carry ``priority_score(tier, enqueued_at)``; waiting ids the
+    due time. An id may sit in one structure of one queue, once. Any other ``queue:*`` key that
+    does not expire (the reconciler's staging keys do) is reported too.
+    """
     from django.utils import timezone
 
     client = broker.get_client()
     with connection.cursor() as cursor:
-        cursor.execute("SELECT id::text, queue, next_retry_at FROM jobs WHERE status = 'queued'")
-        queued = {job_id: (queue, due) for job_id, queue, due in cursor.fetchall()}
+        cursor.execute(
+            "SELECT id::text, queue, priority, enqueued_at, next_retry_at FROM jobs WHERE status = 'queued'"
+        )
+        queued = {row[0]: row[1:] for row in cursor.fetchall()}
     now = timezone.now()
     problems = []
+    # key -> id -> score (None in a list); every occurrence of an id, duplicates included.
     members: dict[str, dict[str, float | None]] = {}
+    places: dict[str, list[str]] = {}
     for queue, fifo in queues.items():
-        members[broker.retry_key(queue)] = dict(
-            client.zrange(broker.retry_key(queue), 0, -1, withscores=True)
-        )
+        retry = broker.retry_key(queue)
+        members[retry] = dict(client.zrange(retry, 0, -1, withscores=True))
         ready = broker.ready_key(queue, fifo)
-        members[ready] = (
-            dict.fromkeys(client.lrange(ready, 0, -1))
-            if fifo
-            else dict(client.zrange(ready, 0, -1, withscores=True))
-        )
+        if fifo:
+            listed = client.lrange(ready, 0, -1)
+            members[ready] = dict.fromkeys(listed)
+            for job_id in {i for i in listed if listed.count(i) > 1}:
+                problems.append((job_id, f"{listed.count(job_id)} times in {ready}"))
+        else:
+            members[ready] = dict(client.zrange(ready, 0, -1, withscores=True))
         other = broker.ready_key(queue, not fifo)
         if client.exists(other):
             problems.append((other, "a ready structure this queue does not use holds ids"))
-    for job_id, (queue, due) in queued.items():
+    for key, ids in members.items():
+        for job_id in ids:
+            places.setdefault(job_id, []).append(key)
+    for job_id, keys in places.items():
+        if len(keys) > 1:
+            problems.append((job_id, f"in several structures: {keys}"))
+    for job_id, (queue, priority, enqueued_at, due) in queued.items():
         retry = members[broker.retry_key(queue)]
-        ready = members[broker.ready_key(queue, queues[queue])]
+        ready_key = broker.ready_key(queue, queues[queue])
+        ready = members[ready_key]
         if due is not None and due > now:
             score = retry.get(job_id)
             if score is None or abs(score - broker.due_score(due)) > 0.001:
                 problems.append((job_id, f"waiting until {due.isoformat()} but retry score is {score}"))
-        elif job_id not in ready and job_id not in retry:
+        elif job_id in ready:
+            expected = None if queues[queue] else broker.priority_score(PRIORITY_TIER[priority], enqueued_at)
+            if ready[job_id] != expected:
+                problems.append((job_id, f"score {ready[job_id]} in {ready_key}, expected {expected}"))
+        elif job_id not in retry:
             problems.append((job_id, "due but in no ready structure"))
     for key, ids in members.items():
         for job_id in ids:
             if job_id not in queued:
                 problems.append((job_id, f"in {key} but not a queued job"))
+    for key in client.scan_iter(match="queue:*"):
+        if key not in members and client.ttl(key) == -1:
+            problems.append((key, "an unknown queue key that never expires"))
     return Result(
         "redis_agrees_after_one_reconcile",
-        "after one reconcile every queued job is in Redis where it belongs, and no other id is",
+        "after one reconcile every queued job is in Redis where it belongs, once, with its exact"
+        " score, and no other id or lasting key is",
         len(problems),
         problems[:5],
+        len(queued) + sum(len(ids) for ids in members.values()),
+    )
+
+
+def check_redis_empty() -> Result:
+    """Once every job is terminal and the relays drained the outbox, Redis holds no queue key."""
+    client = broker.get_client()
+    leftover = [(key, client.type(key)) for key in client.scan_iter(match="queue:*") if client.ttl(key) == -1]
+    return Result(
+        "redis_empty_when_all_jobs_ended",
+        "after the last jobs were cancelled and their removals relayed, no queue key is left",
+        len(leftover),
+        leftover[:5],
     )

@@ -73,6 +73,8 @@ class Cast:
     unexpected_exits: list[tuple[str, int]] = field(default_factory=list)
     failpoint_kills: int = 0
     restarts: Counter = field(default_factory=Counter)
+    # (name, exit code) of every stop the run asked for; anything but 0 is a finding.
+    stop_exits: list[tuple[str, int | None]] = field(default_factory=list)
 
     def add(self, name: str, role: str, args: list[str], env: dict[str, str]) -> Child:
         child = Child(name=name, role=role, args=args, env=env)
@@ -129,19 +131,22 @@ class Cast:
         child.paused = False
 
     def stop(self, child: Child, timeout: float = 60) -> int | None:
-        """SIGTERM (a clean shutdown); SIGKILL after ``timeout``. Returns the exit code."""
+        """A clean shutdown: SIGTERM (SIGINT for runserver, which exits 0 only on that);
+        SIGKILL after ``timeout``. Returns the exit code, also kept in ``stop_exits``."""
         if child.process is None:
             return None
         if child.paused:
             self.resume(child)
         child.down = True
         if child.process.poll() is None:
-            self._signal_group(child, signal.SIGTERM)
+            self._signal_group(child, signal.SIGINT if child.role == "web" else signal.SIGTERM)
             try:
-                return child.process.wait(timeout=timeout)
+                child.process.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 self._signal_group(child, signal.SIGKILL)
-        return child.process.wait()
+        code = child.process.wait()
+        self.stop_exits.append((child.name, code))
+        return code
 
     def watch(self) -> None:
         """Restart children that exited on their own, and count why."""

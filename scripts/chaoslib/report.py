@@ -18,6 +18,7 @@ class Figures:
     seed: int
     jobs_planned: int
     stores: str
+    faults_planned: Counter = field(default_factory=Counter)
     faults_applied: Counter = field(default_factory=Counter)
     faults_skipped: Counter = field(default_factory=Counter)
     failpoint_kills: int = 0
@@ -41,6 +42,8 @@ _DATABASE_FIGURES = {
     "recovered_on_restart": "SELECT count(*) FROM job_logs WHERE message LIKE 'worker restarted%'",
     "handed_back": "SELECT count(*) FROM job_logs WHERE event = 'handed_back'",
     "overlapping_pairs": f"SELECT count(*) FROM {OVERLAPPING_EXECUTIONS}",
+    "cancel_races": """SELECT count(*) FROM chaos_execution_claim
+                        WHERE end_event = 'cancelled' AND started_at >= ended_at""",
     "killed_mid_handler": "SELECT count(*) FROM chaos_execution WHERE ended_at IS NULL",
     # A run after one that ended other than by the handler's own (deliberate) failure.
     "redelivered": """
@@ -85,8 +88,12 @@ def render(figures: Figures, results: list[Result]) -> str:
     lines = [
         "== Chaos run",
         f"seed {figures.seed}, {figures.jobs_planned} jobs planned, {figures.stores}",
-        f"faults injected: {_counter(figures.faults_applied)}",
-        f"  skipped (target not running): {_counter(figures.faults_skipped)}",
+        "faults applied per kind (planned / applied / skipped):",
+        *(
+            f"  {kind:<22} {planned:>3} / {figures.faults_applied[kind]:>3}"
+            f" / {figures.faults_skipped[kind]:>3}"
+            for kind, planned in sorted(figures.faults_planned.items())
+        ),
         f"  relay kills by the after-push failpoint: {figures.failpoint_kills}",
         f"  unexpected process exits: {len(figures.unexpected_exits)} {figures.unexpected_exits[:5] or ''}",
         f"submitted: {len(figures.submissions)} ({_counter(channels)})",
@@ -103,19 +110,24 @@ def render(figures: Figures, results: list[Result]) -> str:
         f" handler's own failures not counted); killed mid-handler {db.get('killed_mid_handler')}",
         f"fenced completions rejected: {db.get('completion_fenced')},"
         f" fenced failures {db.get('failure_fenced')}",
-        f"overlapping executions: {db.get('overlapping_pairs')} (each must have a fenced earlier one)",
+        f"overlapping executions: {db.get('overlapping_pairs')} (a figure: the earlier one started in time"
+        f" and was fenced); started after a cancel (the cancel-after-claim race): {db.get('cancel_races')}",
         f"lease expiries rescued {db.get('lease_expired')}, settled by a restarted worker"
         f" {db.get('recovered_on_restart')}, handed back {db.get('handed_back')}",
         f"final reconcile: {figures.reconcile_summary}",
         f"time from the last fault to all jobs terminal: {settle}; whole run {figures.total_seconds:.0f} s",
         "",
-        "== Invariants",
+        "== Invariants (checked / violations)",
     ]
+    width = max((len(r.name) for r in results), default=0)
     for result in results:
         mark = "ok  " if result.passed else "FAIL"
-        lines.append(f"{mark} {result.name}: {result.description}")
+        checked = "-" if result.checked is None else str(result.checked)
+        lines.append(
+            f"{mark} {result.name:<{width}} {checked:>6} / {result.violations:<4} {result.description}"
+        )
         if not result.passed:
-            lines.append(f"       {result.violations} violation(s), e.g. {result.examples}")
+            lines.append(f"       e.g. {result.examples}")
     failed = sum(not r.passed for r in results)
     lines.append("")
     lines.append("all invariants hold" if not failed else f"{failed} invariant(s) FAILED")

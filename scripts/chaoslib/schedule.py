@@ -17,6 +17,9 @@ class Kind(StrEnum):
     KILL_WORKER = "kill_worker"  # SIGKILL a runworker and its forked workers; restart it later
     KILL_WORKER_PROCESS = "kill_worker_process"  # SIGKILL one forked worker; its supervisor restarts it
     PAUSE_WORKER = "pause_worker"  # SIGSTOP a runworker past its lease, then SIGCONT
+    # SIGSTOP a runworker running a long job until another worker claims that job, then SIGCONT:
+    # the paused attempt wakes up while the next one runs, and its completion must be fenced.
+    PAUSE_UNTIL_RECLAIMED = "pause_until_reclaimed"
     KILL_RELAY = "kill_relay"
     KILL_RECONCILER = "kill_reconciler"
     FLUSH_REDIS = "flush_redis"  # FLUSHDB: every queued id is gone
@@ -26,13 +29,16 @@ class Kind(StrEnum):
 
 
 RESTART_KINDS = frozenset({Kind.RESTART_REDIS, Kind.RESTART_POSTGRES})
-WORKER_KINDS = frozenset({Kind.KILL_WORKER, Kind.KILL_WORKER_PROCESS, Kind.PAUSE_WORKER})
+WORKER_KINDS = frozenset(
+    {Kind.KILL_WORKER, Kind.KILL_WORKER_PROCESS, Kind.PAUSE_WORKER, Kind.PAUSE_UNTIL_RECLAIMED}
+)
 
 # Relative frequency after every kind has had its first turn.
 WEIGHTS = {
     Kind.KILL_WORKER: 4,
     Kind.KILL_WORKER_PROCESS: 3,
     Kind.PAUSE_WORKER: 3,
+    Kind.PAUSE_UNTIL_RECLAIMED: 3,
     Kind.KILL_RELAY: 3,
     Kind.KILL_RECONCILER: 1,
     Kind.FLUSH_REDIS: 2,
@@ -60,6 +66,9 @@ class Fault:
             parts.append("back under the same name" if self.same_name else "back under a new name")
         return " ".join(parts)
 
+
+# How long past the lease a pause_until_reclaimed waits for the job's next claim.
+RECLAIM_WAIT_SECONDS = 8.0
 
 # The store a fault needs up (and, for a restart, takes down for its hold).
 NEEDS_STORE = {
@@ -106,6 +115,8 @@ def plan(
         hold, same_name = 0.0, False
         if kind == Kind.PAUSE_WORKER:
             hold = lease_seconds + rng.uniform(1.5, 3.0)
+        elif kind == Kind.PAUSE_UNTIL_RECLAIMED:
+            hold = lease_seconds + RECLAIM_WAIT_SECONDS  # the longest it waits; usually far less
         elif kind == Kind.KILL_WORKER:
             hold, same_name = rng.uniform(0.5, 3.0), rng.random() < 0.6
         elif kind in (Kind.KILL_RELAY, Kind.KILL_RECONCILER):

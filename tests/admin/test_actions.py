@@ -7,7 +7,7 @@ import pytest
 from queue_app.models import Job, JobLog, OutboxMessage
 from tests.admin.conftest import changelist, make_job
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.redis]
 
 
 def run_action(client, action: str, jobs, *, query: str = "", select_across: bool = False):

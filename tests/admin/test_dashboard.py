@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from functools import partial
 
 import pytest
 import redis
@@ -14,11 +13,11 @@ from django.utils import timezone
 
 from queue_app import broker, services
 from queue_app.admin import dashboard
-from queue_app.admin.pagination import count_rows
+from queue_app.engine import stats as engine_stats
 from queue_app.models import Job, JobLog, OutboxMessage
 from tests.admin.conftest import make_job
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.redis]
 
 URL = "/admin/queue_app/job/dashboard/"
 
@@ -136,11 +135,12 @@ def test_unreachable_redis_is_reported_not_fatal(admin_client, busy_queues, monk
 
 
 def test_large_finished_counts_are_marked_as_estimates(admin_client, busy_queues, monkeypatch):
-    for _ in range(3):
+    for _ in range(4):
         make_job("completed")
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE jobs")
-    monkeypatch.setattr(dashboard, "count_rows", partial(count_rows, limit=2))
+    # 5 completed jobs are "many", the 4 queued ones still few.
+    monkeypatch.setattr(engine_stats, "EXACT_COUNT_LIMIT", 4)
     response = admin_client.get(URL)
     snap = response.context["snapshot"]
     assert "completed" in snap.estimated

@@ -15,7 +15,7 @@ from queue_app.handlers import registered_types
 from queue_app.models import Job
 from tests.admin.conftest import changelist, listed_ids, make_job
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.redis]
 
 
 def job_queries(captured) -> list[str]:
@@ -34,7 +34,7 @@ def test_columns_show_id_badge_attempts_duration_and_error_excerpt(admin_client)
     html = response.content.decode()
     assert listed_ids(response) == {str(failed.id)}
     assert f'<code title="{failed.id}">{str(failed.id)[:8]}</code>' in cell(html, "short_id")
-    assert cell(html, "type") == "demo.fail"
+    assert cell(html, "job_type") == "demo.fail"
     assert cell(html, "queue") == "default"
     assert cell(html, "status_badge") == '<span class="job-status job-status-failed">failed</span>'
     assert cell(html, "priority") == "High"

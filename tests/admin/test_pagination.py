@@ -10,7 +10,7 @@ from queue_app.admin.pagination import EstimatedCountPaginator, count_rows, esti
 from queue_app.models import Job
 from tests.admin.conftest import changelist, make_job
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.redis]
 
 
 def analyze() -> None:

@@ -7,7 +7,7 @@ from django.urls import reverse
 
 from tests.admin.conftest import changelist, make_job
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.redis]
 
 DASHBOARD = "admin:queue_app_job_dashboard"
 

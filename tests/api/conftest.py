@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -44,7 +45,23 @@ def bob(db):
 
 @pytest.fixture
 def staff(db):
-    return make_user("operator", staff=True)
+    """An operator: staff with the job permissions (see or act on every user's jobs)."""
+    user = make_user("operator", staff=True)
+    user.user_permissions.add(*Permission.objects.filter(codename__in=["view_job", "change_job"]))
+    return user
+
+
+@pytest.fixture
+def bare_staff(db):
+    """Staff without any queue_app permission: no more than any user in the API."""
+    return make_user("bare-staff", staff=True)
+
+
+@pytest.fixture
+def viewer(db):
+    user = make_user("viewer", staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_job"))
+    return user
 
 
 @pytest.fixture

@@ -43,6 +43,7 @@ def test_every_job_endpoint_needs_credentials(method, url):
 
 
 @pytest.mark.django_db
+@pytest.mark.redis  # health pings Redis
 def test_health_and_the_schema_need_none(client):
     assert client.get("/api/health/").status_code == 200
     assert client.get("/api/schema/").status_code == 200
@@ -93,6 +94,7 @@ def test_throttling_is_off_by_default(api):
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.redis  # throttle counters live in the Redis cache
 def test_throttling_follows_the_environment():
     token = Token.objects.create(user=make_user("eve"))
 
@@ -124,3 +126,33 @@ def test_throttling_follows_the_environment():
     assert result["schema"] == [200, 429]
     assert result["health"] == [200, 200, 200]  # probes are never throttled
     assert User.objects.filter(username="eve").exists()
+
+
+def _anonymous_schema_statuses(forwarded_for: list[str], **env: str) -> list[int]:
+    return run_in_child(
+        f"""
+        statuses = [
+            APIClient().get("/api/schema/", HTTP_X_FORWARDED_FOR=address).status_code
+            for address in {forwarded_for!r}
+        ]
+        print(json.dumps(statuses))
+        """,
+        DATABASE_URL=database_url(),
+        API_THROTTLE_ANON="1/minute",
+        **env,
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_forged_forwarded_for_does_not_dodge_the_throttle():
+    # Each request claims another client; without a trusted proxy they are all 127.0.0.1.
+    assert _anonymous_schema_statuses(["198.51.100.1", "198.51.100.2", "198.51.100.3"]) == [200, 429, 429]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_behind_one_proxy_the_address_it_appended_identifies_the_client():
+    # The proxy appends the address it saw; whatever the client wrote before it is ignored.
+    statuses = _anonymous_schema_statuses(
+        ["1.1.1.1, 198.51.100.1", "2.2.2.2, 198.51.100.1", "3.3.3.3, 198.51.100.2"], NUM_PROXIES="1"
+    )
+    assert statuses == [200, 429, 200]

@@ -5,6 +5,8 @@ import pytest
 from queue_app.models import Job, JobLog, OutboxMessage
 from tests.api.conftest import post_json, rows_written
 
+pytestmark = pytest.mark.redis
+
 BULK = "/api/jobs/bulk/"
 
 

@@ -8,6 +8,8 @@ from django.utils import timezone
 from queue_app.models import Job, JobLog, OutboxMessage
 from tests.api.conftest import submit
 
+pytestmark = pytest.mark.redis
+
 JOB_FIELDS = {
     "id",
     "type",
@@ -66,12 +68,23 @@ def test_defaults_come_from_the_handler_then_the_settings(api):
 
 @pytest.mark.django_db
 def test_run_at_with_an_offset_schedules_the_job(api):
-    response = submit(api, run_at="2099-01-31T09:00:00+02:00")
+    response = submit(api, run_at="2055-01-31T09:00:00+02:00")
 
     assert response.status_code == 201, response.json()
     job = Job.objects.get()
-    assert job.next_retry_at == datetime(2099, 1, 31, 7, 0, tzinfo=UTC)
+    assert job.next_retry_at == datetime(2055, 1, 31, 7, 0, tzinfo=UTC)
     assert OutboxMessage.objects.get(job=job).action == "schedule"
+
+
+@pytest.mark.django_db
+def test_the_latest_run_at_is_accepted_and_one_microsecond_more_is_refused_with_the_limit(api):
+    assert submit(api, run_at="2055-09-05T05:58:26.842623Z").status_code == 201
+    refused = submit(api, run_at="2055-09-05T05:58:26.842624Z")
+
+    assert refused.status_code == 400
+    message = refused.json()["errors"]["run_at"][0]
+    assert "2055-09-05T05:58:26.842623+00:00" in message, message
+    assert Job.objects.count() == 1
 
 
 @pytest.mark.django_db

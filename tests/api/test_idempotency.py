@@ -9,6 +9,8 @@ from django.db import connection
 from queue_app.models import Job, JobLog, OutboxMessage
 from tests.api.conftest import make_user, post_json, submit, token_client
 
+pytestmark = pytest.mark.redis
+
 
 @pytest.mark.django_db
 def test_same_key_and_body_returns_the_existing_job_with_200(api):

@@ -9,6 +9,7 @@ import zlib
 
 import pytest
 import schemathesis
+from django.contrib.auth.models import Permission
 from django.core import signals
 from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
@@ -19,6 +20,8 @@ from schemathesis.specs.openapi import checks as openapi_checks
 
 from queue_app import services
 from tests.api.conftest import make_user
+
+pytestmark = pytest.mark.redis
 
 CONFORMANCE_CHECKS = [
     CHECKS.get_one("not_a_server_error"),
@@ -46,8 +49,10 @@ def keep_the_test_connection():
 
 @pytest.fixture
 def fuzzer(db):
-    """A staff user, so that /api/stats/ is reached too."""
-    return make_user("fuzzer", staff=True)
+    """A staff user who may view every job, so that /api/stats/ is reached too."""
+    user = make_user("fuzzer", staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_job"))
+    return user
 
 
 @pytest.fixture

@@ -4,13 +4,18 @@ from datetime import timedelta
 from uuid import UUID
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from queue_app import broker, services
 from queue_app.conf import queue_settings
 from queue_app.engine import execution
+from queue_app.engine import stats as engine_stats
+from queue_app.engine.execution import Completion
 from queue_app.models import Job, OutboxMessage
 from tests.api.conftest import closed_port, post_json, run_in_child, submit
+
+pytestmark = pytest.mark.redis
 
 
 def _relay(rows) -> None:
@@ -40,9 +45,9 @@ def test_stats_match_the_rows_and_redis(api, staff_api, two_queues):
     for job_id, outcome in ((running, None), (done, "complete"), (failed, "fail")):
         [claimed] = execution.claim_jobs([job_id], worker_id="w")
         if outcome == "complete":
-            execution.complete_job(job_id, claimed.attempt, None)
+            execution.complete_jobs([Completion(job_id, claimed.fence, None)])
         elif outcome == "fail":
-            execution.fail_job(job_id, claimed.attempt, "boom", retry=False)
+            execution.fail_job(job_id, claimed.fence, "boom", retry=False)
     services.cancel_job(cancelled)
     rows = list(OutboxMessage.objects.order_by("id"))
     assert [(row.job_id, row.action) for row in rows[-2:]] == [
@@ -89,6 +94,32 @@ def test_stats_of_an_empty_system(staff_api):
 
 
 @pytest.mark.django_db
+def test_large_counts_are_estimates_and_the_oldest_due_job_comes_from_redis(api, staff_api, monkeypatch):
+    """Above the exact-count limit the figures say they are estimates; the oldest due job is
+    then looked up among the ids first in line in Redis, so one missing from Redis is not seen."""
+    ids = [
+        submit(api, payload={"n": n}, priority=p).json()["id"] for n, p in enumerate(["low", "high", "low"])
+    ]
+    rows = list(OutboxMessage.objects.order_by("id"))
+    _relay([row for row in rows if str(row.job_id) != ids[0]])  # ids[0] never reaches Redis
+    Job.objects.filter(id=ids[0]).update(enqueued_at=timezone.now() - timedelta(seconds=600))
+    Job.objects.filter(id=ids[2]).update(enqueued_at=timezone.now() - timedelta(seconds=300))
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE jobs")
+
+    exact = staff_api.get("/api/stats/").json()
+    monkeypatch.setattr(engine_stats, "EXACT_COUNT_LIMIT", 2)
+    estimated = staff_api.get("/api/stats/").json()
+
+    assert exact["estimated"] == [] and exact["jobs"]["by_status"]["queued"] == 3
+    assert 600 <= exact["oldest_queued_age_seconds"] < 660
+    assert estimated["estimated"] == ["jobs.by_status.queued", "oldest_queued_age_seconds"]
+    assert estimated["jobs"]["by_status"]["queued"] == 3  # the planner's figure, fresh after ANALYZE
+    # The low tier's head in Redis is ids[2]: ids[0], missing from Redis, is not seen.
+    assert 300 <= estimated["oldest_queued_age_seconds"] < 360
+
+
+@pytest.mark.django_db
 def test_a_scheduled_job_is_not_counted_as_waiting(api, staff_api):
     submit(api, delay_seconds=600)
 
@@ -104,7 +135,7 @@ def test_stats_are_for_staff_only(api, client):
 @pytest.mark.django_db
 def test_stats_still_answer_when_redis_does_not(staff_api, settings, monkeypatch):
     settings.REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
-    monkeypatch.setattr(broker, "_client", None)  # the next get_client() uses the new URL
+    monkeypatch.setattr(broker.client, "_client", None)  # the next get_client() uses the new URL
 
     response = staff_api.get("/api/stats/")
 
@@ -123,16 +154,28 @@ def test_health_is_200_without_authentication(client):
 
 
 @pytest.mark.django_db
-def test_health_is_503_naming_redis_when_it_does_not_answer(client, settings):
+def test_health_is_503_naming_redis_when_it_does_not_answer(client, staff_api, settings):
+    port = closed_port()
+    settings.REDIS_URL = f"redis://127.0.0.1:{port}/0"
+
+    anonymous = client.get("/api/health/")
+    staff = staff_api.get("/api/health/")
+
+    assert anonymous.status_code == staff.status_code == 503
+    body = anonymous.json()
+    assert body["status"] == "unavailable" and body["detail"] == "redis not answering"
+    # Anonymous callers learn which store is down, not its address or the error.
+    assert body["checks"] == {"postgresql": "ok", "redis": "unavailable"}
+    assert str(port) not in anonymous.content.decode()
+    detail = staff.json()["checks"]["redis"]
+    assert "Connection refused" in detail or "Error" in detail
+
+
+@pytest.mark.django_db
+def test_health_shows_no_details_to_a_user_who_is_not_staff(api, settings):
     settings.REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
 
-    response = client.get("/api/health/")
-
-    assert response.status_code == 503
-    body = response.json()
-    assert body["status"] == "unavailable" and body["detail"] == "redis not answering"
-    assert body["checks"]["postgresql"] == "ok"
-    assert "Connection refused" in body["checks"]["redis"] or "Error" in body["checks"]["redis"]
+    assert api.get("/api/health/").json()["checks"]["redis"] == "unavailable"
 
 
 def test_health_is_503_naming_postgresql_when_it_does_not_answer():
@@ -147,8 +190,24 @@ def test_health_is_503_naming_postgresql_when_it_does_not_answer():
 
     assert result["status"] == 503
     assert result["body"]["detail"] == "postgresql not answering"
-    assert result["body"]["checks"]["redis"] == "ok"
-    assert result["body"]["checks"]["postgresql"] != "ok"
+    assert result["body"]["checks"] == {"postgresql": "unavailable", "redis": "ok"}
+
+
+def test_health_answers_before_the_pool_gives_up_on_a_down_postgresql():
+    # The pool would wait its whole timeout (30 s here) for a connection; the probe does not.
+    result = run_in_child(
+        """
+        import time
+        started = time.monotonic()
+        response = client.get("/api/health/")
+        print(json.dumps({"status": response.status_code, "seconds": time.monotonic() - started}))
+        """,
+        DATABASE_URL=f"postgres://postgres@127.0.0.1:{closed_port()}/jobs",
+        DATABASE_POOL_TIMEOUT="30",
+    )
+
+    assert result["status"] == 503
+    assert result["seconds"] < 15
 
 
 def test_a_request_during_a_postgres_outage_is_a_503_with_retry_after():

@@ -12,7 +12,7 @@ from queue_app import services
 from queue_app.models import Job, OutboxMessage
 from tests.admin.conftest import make_job
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
 ROWS = "#result_list tbody tr"
 

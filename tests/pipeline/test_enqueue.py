@@ -1,19 +1,25 @@
 """Transactional enqueue: the job, its first log row and its outbox row commit together."""
 
 import threading
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
 from queue_app import broker
-from queue_app.exceptions import IdempotencyConflict, IdempotencyKeyInUse, InvalidJob, UnknownJobType
+from queue_app.exceptions import (
+    IdempotencyConflict,
+    IdempotencyKeyInUse,
+    InvalidJob,
+    JobsRejected,
+    UnknownJobType,
+)
 from queue_app.models import Job, JobLog, OutboxMessage
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
 from tests.helpers import relay_all
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.redis]
 
 
 def test_enqueue_writes_job_log_and_outbox_together():
@@ -24,7 +30,17 @@ def test_enqueue_writes_job_log_and_outbox_together():
     assert list(JobLog.objects.filter(job=job).values_list("event", flat=True)) == ["enqueued"]
     outbox = OutboxMessage.objects.get(job=job)
     assert outbox.action == "enqueue" and outbox.dispatched_at is None
-    assert outbox.score == broker.priority_score(0, stored.enqueued_at)
+    # Tier 0 (high): the score is the microseconds since 2020-01-01, worked out here by hand.
+    micros = (stored.enqueued_at - datetime(2020, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+    assert outbox.score == micros
+
+
+def test_a_low_job_scores_two_tiers_of_2_to_the_50_above_its_time():
+    job = enqueue_job("demo.echo", priority="low")
+    micros = (Job.objects.get(id=job.id).enqueued_at - datetime(2020, 1, 1, tzinfo=UTC)) // timedelta(
+        microseconds=1
+    )
+    assert OutboxMessage.objects.get(job=job).score == 2_251_799_813_685_248 + micros  # 2 * 2**50
 
 
 def test_caller_rollback_leaves_no_job_no_outbox_and_nothing_in_redis(redis_client):
@@ -82,6 +98,8 @@ def test_key_of_another_owner_is_in_use(django_user_model):
         ({"payload": {"s": "\ud800"}}, "payload"),
         ({"payload": {"n": 2**70}}, "payload"),
         ({"idempotency_key": "x" * 256}, "idempotency_key"),
+        ({"run_at": datetime(2055, 9, 5, 5, 58, 26, 842624, tzinfo=UTC)}, "run_at"),  # LAST + 1 µs
+        ({"run_at": datetime(2099, 1, 1, tzinfo=UTC)}, "run_at"),
     ],
 )
 def test_invalid_requests_name_the_field_and_write_nothing(kwargs, field):
@@ -90,6 +108,24 @@ def test_invalid_requests_name_the_field_and_write_nothing(kwargs, field):
         enqueue_job(args.pop("type"), args.pop("payload"), **args)
     assert error.value.field == field
     assert not Job.objects.exists() and not OutboxMessage.objects.exists()
+
+
+# 2020-01-01 + (2**50 - 1) µs: the last enqueue time whose priority score is exact.
+LAST = datetime(2055, 9, 5, 5, 58, 26, 842623, tzinfo=UTC)
+
+
+def test_run_at_may_be_the_last_exactly_scored_instant():
+    job = enqueue_job("demo.echo", run_at=LAST, priority="low")
+    assert Job.objects.get(id=job.id).enqueued_at == LAST
+    # Once due, its score is the largest one: 3 * 2**50 - 1 (below 2**53, exact in float64).
+    assert broker.priority_score(2, LAST) == 3_377_699_720_527_871
+
+
+def test_a_run_at_beyond_the_score_range_is_refused_with_its_limit():
+    with pytest.raises(InvalidJob) as error:
+        enqueue_job("demo.echo", run_at=LAST + timedelta(microseconds=1))
+    assert error.value.field == "run_at"
+    assert "2055-09-05T05:58:26.842623+00:00" in error.value.message
 
 
 def test_deeply_nested_payload_is_rejected_without_recursion_error():
@@ -105,8 +141,9 @@ def test_deeply_nested_payload_is_rejected_without_recursion_error():
 def test_bulk_is_all_or_nothing():
     good = JobRequest(type="demo.echo", payload={"i": 1})
     bad = JobRequest(type="demo.echo", priority="nope")
-    with pytest.raises(InvalidJob):
+    with pytest.raises(JobsRejected) as rejected:
         enqueue_jobs([good, bad])
+    assert [(e.index, e.code, e.field) for e in rejected.value.errors] == [(1, "invalid", "priority")]
     assert not Job.objects.exists()
     jobs = enqueue_jobs([good, JobRequest(type="demo.sleep", payload={"seconds": 0})])
     assert len(jobs) == 2 and Job.objects.count() == 2
@@ -135,3 +172,41 @@ def test_concurrent_requests_with_one_key_create_exactly_one_job():
     assert errors == []
     assert len(set(results)) == 1 and len(results) == 8
     assert Job.objects.count() == 1 and OutboxMessage.objects.count() == 1
+
+
+def test_a_rejection_names_every_job_at_fault_with_its_index_and_field(django_user_model):
+    """Rules first (nothing is written); then keys already used, found in the same call."""
+    bob = django_user_model.objects.create_user("bob")
+    enqueue_job("demo.echo", {"n": 1}, idempotency_key="mine")
+    enqueue_job("demo.echo", idempotency_key="bobs", owner=bob)
+    before = (Job.objects.count(), JobLog.objects.count(), OutboxMessage.objects.count())
+
+    with pytest.raises(JobsRejected) as broken:
+        enqueue_jobs(
+            [
+                JobRequest(type="os.system"),
+                JobRequest(type="demo.echo", idempotency_key="k"),
+                JobRequest(type="demo.echo", queue="nope"),
+                JobRequest(type="demo.echo", idempotency_key="k"),
+            ]
+        )
+    with pytest.raises(JobsRejected) as reused:
+        enqueue_jobs(
+            [
+                JobRequest(type="demo.echo", idempotency_key="fresh"),
+                JobRequest(type="demo.echo", payload={"n": 2}, idempotency_key="mine"),
+                JobRequest(type="demo.echo", idempotency_key="bobs"),
+            ]
+        )
+
+    assert [(e.index, e.code, e.field) for e in broken.value.errors] == [
+        (0, "unknown_type", "type"),
+        (2, "invalid", "queue"),
+        (3, "invalid", "idempotency_key"),
+    ]
+    assert [(e.index, e.code, e.field) for e in reused.value.errors] == [
+        (1, "idempotency_key_reused", "idempotency_key"),
+        (2, "idempotency_key_in_use", "idempotency_key"),
+    ]
+    # The job with a fresh key, saved before the others failed, rolled back with them.
+    assert (Job.objects.count(), JobLog.objects.count(), OutboxMessage.objects.count()) == before

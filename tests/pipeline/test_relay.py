@@ -3,25 +3,38 @@
 import subprocess
 import threading
 
+import psycopg
 import pytest
 from django.db import connection
 from django.db.models.functions import Now
 
 from queue_app import broker
+from queue_app.engine import sql
 from queue_app.models import OutboxMessage
 from queue_app.runtime.relay import Relay
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
 from tests.helpers import kill_group, manage, wait_until
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
+
+
+def listening_backends() -> set[int]:
+    """Backends of this database whose last statement was the relay's LISTEN."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query = %s",
+            [sql.query("listen_outbox")],
+        )
+        return {row[0] for row in cursor.fetchall()}
 
 
 @pytest.mark.processes
 def test_relay_wakes_on_notify_long_before_its_poll_interval(redis_client):
+    before = listening_backends()
     relay = manage("runrelay", "--poll=60", stderr=subprocess.DEVNULL)
     try:
-        enqueue_job("demo.echo")  # makes sure the relay has started listening
-        wait_until(lambda: redis_client.zcard(broker.priority_key("default")) == 1, timeout=30)
+        # A NOTIFY sent before the LISTEN is lost, and the next poll is 60 s away.
+        wait_until(lambda: listening_backends() - before, message="the relay's LISTEN")
         job = enqueue_job("demo.echo")
         # With a 60 s poll, only the NOTIFY sent at commit can deliver it this fast.
         wait_until(lambda: redis_client.zscore(broker.priority_key("default"), str(job.id)), timeout=10)
@@ -55,6 +68,37 @@ def test_two_relays_share_the_outbox_without_sending_a_row_twice(redis_client, m
     assert sum(sent) == 2000  # SKIP LOCKED: no row was locked by both
     assert not OutboxMessage.objects.filter(dispatched_at__isnull=True).exists()
     assert redis_client.zcard(broker.priority_key("default")) == 2000
+
+
+def test_a_relay_skips_rows_another_transaction_holds_instead_of_waiting(redis_client):
+    jobs = enqueue_jobs([JobRequest(type="demo.echo") for _ in range(30)])
+    params = connection.get_connection_params()
+    for key in ("cursor_factory", "context", "server_side_binding"):
+        params.pop(key, None)
+    # Another relay, mid-batch: the ten oldest rows locked in an open transaction.
+    with psycopg.connect(**params) as holder:
+        held = {
+            row[0]
+            for row in holder.execute(
+                "SELECT job_id FROM job_outbox WHERE dispatched_at IS NULL ORDER BY id LIMIT 10 FOR UPDATE"
+            )
+        }
+        # A plain FOR UPDATE would queue behind the holder: fail after 5 s instead of hanging.
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '5s'")
+        try:
+            sent = Relay(batch_size=7).drain()
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("RESET lock_timeout")
+        assert sent == 20
+        ready = set(redis_client.zrange(broker.priority_key("default"), 0, -1))
+        assert ready == {str(job.id) for job in jobs} - {str(job_id) for job_id in held}
+        assert set(OutboxMessage.objects.filter(dispatched_at=None).values_list("job_id", flat=True)) == held
+        holder.rollback()
+    # Released, the held rows go out on the next drain.
+    assert Relay(batch_size=7).drain() == 10
+    assert redis_client.zcard(broker.priority_key("default")) == 30
 
 
 def test_dispatched_rows_are_pruned_after_the_retention(queue_config):

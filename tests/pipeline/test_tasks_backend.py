@@ -12,14 +12,20 @@ from queue_app.models import Job, OutboxMessage
 from tests.helpers import run_worker
 from tests.probe.jobs import add, whoami
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
 
 def test_enqueued_task_is_a_job_that_a_worker_runs():
     result = add.enqueue(2, 3)
     job = Job.objects.get(id=result.id)
     assert (job.type, job.priority, job.status) == ("django.task", "medium", "queued")
-    assert job.payload == {"task": "tests.probe.jobs.add", "args": [2, 3], "kwargs": {}}
+    assert job.payload == {
+        "task": "tests.probe.jobs.add",
+        "args": [2, 3],
+        "kwargs": {},
+        "priority": 0,
+        "run_after": None,
+    }
     assert result.status == TaskResultStatus.READY
     run_worker()
     result.refresh()

@@ -12,7 +12,7 @@ from queue_app.services import JobRequest, enqueue_jobs
 from tests.helpers import relay_all
 from tests.probe.models import Execution
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
 
 def events(job) -> list[str]:

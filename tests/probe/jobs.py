@@ -148,3 +148,37 @@ def poison(payload):
     """Records the execution, then ends as ``payload["how"]`` says, on every attempt."""
     _started()
     _end_badly(payload["how"])
+
+
+@job_handler("probe.backoff", max_attempts=5, retry_backoff_base=0.25, retry_backoff_max=0.5)
+def backoff(payload):
+    """Always raises; its short backoff reaches the cap by the third retry."""
+    _started()
+    raise RuntimeError("probe backoff failure")
+
+
+class PickyError(ValueError):
+    """A subclass of the error ``probe.picky`` gives up on."""
+
+
+_PICKY_ERRORS = {"value": ValueError, "subclass": PickyError, "runtime": RuntimeError}
+
+
+@job_handler(
+    "probe.picky", max_attempts=3, retry_backoff_base=0.1, retry_backoff_max=0.1, give_up_on=(ValueError,)
+)
+def picky(payload):
+    """Raises the error named by ``payload["raise"]``; gives up at once on ValueError."""
+    _started()
+    raise _PICKY_ERRORS[payload["raise"]](f"probe {payload['raise']} error")
+
+
+@job_handler("probe.stubborn_retried", time_limit=1, max_attempts=2, retry_backoff_base=0.5)
+def stubborn_retried(payload):
+    """Like ``probe.stubborn``, with an attempt left after the first hard kill."""
+    _started()
+    while True:
+        try:
+            time.sleep(60)
+        except Exception:  # noqa: BLE001, S110 - ignoring the limit is the point
+            continue

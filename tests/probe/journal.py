@@ -6,7 +6,8 @@ needs to know that the execution happened and when. Each worker process
 appends one JSON line when a handler starts and one when it ends (or raises)
 to ``<PROBE_JOURNAL_DIR>/executions-<pid>.jsonl``. A single ``write`` with
 O_APPEND reaches the page cache before the next statement, so a killed process
-loses nothing it journaled.
+loses nothing it journaled. The chaos run reads the files by their format
+(scripts/chaoslib/journal.py).
 """
 
 from __future__ import annotations
@@ -70,21 +71,3 @@ def execution(job_id: str, attempt: int) -> Iterator[str]:
         ended(execution_id, type(exc).__name__)
         raise
     ended(execution_id, "returned")
-
-
-def read(directory: str) -> list[dict]:
-    """Every journaled execution: start fields plus ``ended_at`` and ``outcome`` (None if killed)."""
-    executions: dict[str, dict] = {}
-    for name in sorted(os.listdir(directory)):
-        if not name.startswith("executions-"):
-            continue
-        with open(os.path.join(directory, name)) as journal:
-            for line in journal:
-                if not line.endswith("\n"):
-                    continue  # a line cut short by a kill mid-write
-                record = json.loads(line)
-                if record["event"] == "start":
-                    executions[record["execution"]] = {**record, "ended_at": None, "outcome": None}
-                elif record["execution"] in executions:
-                    executions[record["execution"]].update(ended_at=record["at"], outcome=record["outcome"])
-    return list(executions.values())

@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import threading
-import time
 
 import pytest
 from django.db import connection
@@ -16,7 +15,7 @@ from queue_app.services import enqueue_job
 from tests.helpers import child_env, kill_group, manage, relay_all, wait_until
 from tests.reconciler.proxy import postgres_proxy, postgres_via, redis_proxy, redis_via
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.redis]
 
 
 class Events:
@@ -37,7 +36,7 @@ class Events:
 
 
 def start(*args: str, **env: str) -> tuple[subprocess.Popen, Events]:
-    process = manage(*args, env=child_env(LOG_LEVEL="INFO", **env), stderr=subprocess.PIPE, text=True)
+    process = manage(*args, env=child_env(**{"LOG_LEVEL": "INFO", **env}), stderr=subprocess.PIPE, text=True)
     return process, Events(process)
 
 
@@ -71,29 +70,39 @@ def test_relay_rides_out_a_postgres_outage(postgres_link, children, redis_client
         "--poll=0.2",
         DATABASE_URL=postgres_via(connection.settings_dict, postgres_link),
         DATABASE_POOL_TIMEOUT="1",
+        LOG_LEVEL="DEBUG",
     )
     children.append(relay)
     wait_until(lambda: events.named("relay_started"), message="relay to start")
     postgres_link.stop()
     job = enqueue_job("demo.echo")  # the test's own connection is not cut
     wait_until(lambda: events.named("store_unavailable"), timeout=30, message="the outage to be noticed")
-    time.sleep(1.5)  # several failed rounds: the relay must neither exit nor log each one
+    # Several failed rounds: the relay must neither exit nor log each one above debug level.
+    wait_until(
+        lambda: len(events.named("store_still_unavailable")) >= 2, timeout=60, message="3 failed rounds"
+    )
     assert relay.poll() is None
     assert len(events.named("store_unavailable")) == 1
     postgres_link.start()
     wait_until(lambda: redis_client.zscore(broker.priority_key("default"), str(job.id)), timeout=30)
-    wait_until(lambda: events.named("store_available_again"), timeout=10)
+    [recovered] = wait_until(lambda: events.named("store_available_again"), timeout=10)
+    assert recovered["after_failures"] >= 3
 
 
 def test_worker_rides_out_a_redis_outage(redis_link, children):
-    worker, events = start("runworker", REDIS_URL=redis_via(child_env()["REDIS_URL"], redis_link))
+    worker, events = start(
+        "runworker", REDIS_URL=redis_via(child_env()["REDIS_URL"], redis_link), LOG_LEVEL="DEBUG"
+    )
     children.append(worker)
     wait_until(lambda: events.named("worker_started"), message="worker to start")
     redis_link.stop()
     wait_until(lambda: events.named("store_unavailable"), timeout=30, message="the outage to be noticed")
     job = enqueue_job("demo.echo", {"after": "outage"})
     relay_all()  # straight to Redis, which is up: only the worker's path is cut
-    time.sleep(1)
+    tried = len(events.named("store_still_unavailable"))
+    wait_until(
+        lambda: len(events.named("store_still_unavailable")) >= tried + 2, message="two more failed rounds"
+    )
     assert worker.poll() is None and Job.objects.get(id=job.id).status == "queued"
     redis_link.start()
     wait_until(

@@ -14,7 +14,7 @@ from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
 from tests.helpers import child_env, kill_group, manage, relay_all, wait_until
 from tests.probe.models import Execution
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.redis]
 
 
 def test_resumed_worker_does_not_start_batch_jobs_whose_lease_it_lost():

@@ -11,7 +11,7 @@ from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
 from tests.helpers import child_env, kill_group, manage, relay_all, wait_until
 from tests.probe.models import Execution
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.redis]
 
 # A burst worker that also waits for retries due shortly.
 WAIT_FOR_RETRIES = ("--with-scheduled",)

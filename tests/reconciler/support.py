@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db import connection
 from django.utils import timezone
@@ -38,12 +38,13 @@ def expected_place(job: Job, fifo: bool) -> tuple[str, float | None]:
     """(key, score) where a queued job belongs; FIFO list entries have no score."""
     job.refresh_from_db()
     if job.next_retry_at is not None and job.next_retry_at > timezone.now():
-        return broker.retry_key(job.queue), broker.due_score(job.next_retry_at)
+        return broker.retry_key(job.queue), job.next_retry_at.timestamp()  # due epoch seconds
     if fifo:
         return broker.fifo_key(job.queue), None
-    from queue_app.states import PRIORITY_TIER
-
-    return broker.priority_key(job.queue), broker.priority_score(PRIORITY_TIER[job.priority], job.enqueued_at)
+    # Worked out here, not by priority_score: tier * 2**50 + µs since 2020-01-01.
+    tier = {"high": 0, "medium": 1, "low": 2}[job.priority]
+    micros = (job.enqueued_at - datetime(2020, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+    return broker.priority_key(job.queue), tier * 2**50 + micros
 
 
 def redis_state(client) -> dict:

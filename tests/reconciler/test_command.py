@@ -16,11 +16,12 @@ from django.utils import timezone
 
 from queue_app import broker
 from queue_app.engine import execution
+from queue_app.engine.execution import Completion
 from tests.helpers import child_env, manage, wait_until
 from tests.reconciler.proxy import TcpProxy, postgres_proxy, postgres_via, redis_proxy, redis_via
 from tests.reconciler.support import database_state, enqueue, mark_relayed, redis_state
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.redis]
 
 SUMMARY = re.compile(
     r"^reconcile: restored_ready=(\d+) restored_retry=(\d+) removed_stale=(\d+) requeued_expired=(\d+) "
@@ -80,7 +81,7 @@ def seed_every_case() -> dict[str, str]:
     expired = enqueue(1)[0]
     mark_relayed()
     (claimed,) = execution.claim_jobs([str(finished.id)], worker_id="w")
-    execution.complete_job(claimed.id, claimed.attempt, None)
+    execution.complete_jobs([Completion(claimed.id, claimed.fence, None)])
     execution.claim_jobs([str(expired.id)], worker_id="dead")
     with connection.cursor() as cursor:
         cursor.execute(

@@ -16,7 +16,7 @@ from tests.helpers import child_env, manage, relay_all, wait_until
 from tests.probe.models import Execution
 from tests.reconciler.support import enqueue, set_fields
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.redis]
 
 
 def run(*args: str, timeout: float, **extra: str) -> str:

@@ -9,7 +9,7 @@ from queue_app.runtime.reconciler import Reconciler
 from queue_app.states import Status
 from tests.reconciler.support import enqueue, mark_relayed
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.redis]
 
 
 def running(*, max_attempts: int, lease_offset_ms: int) -> str:

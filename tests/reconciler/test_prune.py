@@ -6,16 +6,17 @@ import pytest
 
 from queue_app import broker, services
 from queue_app.engine import execution
+from queue_app.engine.execution import Completion
 from queue_app.runtime.reconciler import Reconciler
 from tests.reconciler.support import enqueue, mark_relayed
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.redis]
 
 
 def completed_job():
     (job,) = enqueue(1)
     (claimed,) = execution.claim_jobs([str(job.id)], worker_id="w1")
-    assert execution.complete_job(claimed.id, claimed.attempt, {"ok": True})
+    assert execution.complete_jobs([Completion(claimed.id, claimed.fence, {"ok": True})])
     return str(job.id)
 
 

@@ -11,7 +11,7 @@ from queue_app.runtime.reconciler import Reconciler
 from queue_app.states import Priority
 from tests.reconciler.support import QUEUES, enqueue, expected_place, mark_relayed, set_fields
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.redis]
 
 
 def seed_thousand() -> list[Job]:

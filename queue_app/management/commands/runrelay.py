@@ -2,7 +2,7 @@
 
 import signal
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from queue_app.runtime.relay import Relay
 
@@ -16,6 +16,11 @@ class Command(BaseCommand):
         parser.add_argument("--once", action="store_true", help="drain the outbox once and exit")
 
     def handle(self, *args, batch_size=None, poll=None, once=False, **options):
+        # Checked here: the relay reads 0 as "use the setting" and fails on a negative value.
+        if batch_size is not None and batch_size < 1:
+            raise CommandError("--batch-size must be at least 1")
+        if poll is not None and poll <= 0:
+            raise CommandError("--poll must be greater than 0")
         relay = Relay(batch_size=batch_size, poll_seconds=poll)
 
         def stop(signum, frame):

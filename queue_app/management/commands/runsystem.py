@@ -1,4 +1,4 @@
-"""Run the whole system in one terminal: web, relay, worker and reconciler."""
+"""Run the whole system in one terminal: web, relay, worker, reconciler and scheduler."""
 
 import os
 import secrets
@@ -18,7 +18,7 @@ RESTART_DELAY_SECONDS = 2.0
 
 class Command(BaseCommand):
     help = (
-        "Start the web server, a relay, workers and the reconciler as child processes, "
+        "Start the web server (gunicorn), a relay, workers, the reconciler and the scheduler as children, "
         "restart any that dies, and stop them all on Ctrl-C / SIGTERM."
     )
 
@@ -33,12 +33,18 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, bind, concurrency, reconcile_interval, no_admin_user, **options):
+        # Checked before anything starts: a child refusing its option would be restarted forever.
+        if concurrency < 1:
+            raise CommandError("--concurrency must be at least 1")
+        if reconcile_interval <= 0:
+            raise CommandError("--reconcile-interval must be greater than 0")
         manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
         commands = {
-            "web": [*manage, "runserver", "--noreload", bind],
+            "web": [*manage, "runweb", f"--bind={bind}"],
             "relay": [*manage, "runrelay"],
             "worker": [*manage, "runworker", f"--concurrency={concurrency}", "--name=runsystem"],
             "reconciler": [*manage, "reconcile_queue", "--loop", f"--interval={reconcile_interval:g}"],
+            "scheduler": [*manage, "runscheduler"],
         }
         # Children reach the same stores, embedded or not, without starting their own.
         env = {
@@ -48,10 +54,6 @@ class Command(BaseCommand):
         }
         if settings.DEBUG and not no_admin_user:
             self._print_login(bind)
-        elif not settings.DEBUG:
-            self.stdout.write(
-                "DEBUG is off: runserver is for development; serve jobsite.wsgi with a WSGI server."
-            )
 
         children: dict[str, subprocess.Popen] = {}
         stopping = False

@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("queue_app", "0001_initial"),
+        ("queue_app", "0003_schedule_state"),
     ]
 
     operations = [

@@ -1,0 +1,218 @@
+"""Ready and waiting ids: apply intents, pop into flight, acknowledge, wait, promote, count."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import redis
+
+from queue_app.broker.keys import (
+    fifo_key,
+    inflight_key,
+    inflight_scores_key,
+    priority_key,
+    ready_key,
+    retry_key,
+    wake_key,
+)
+from queue_app.broker.scores import TIER_SPAN
+
+
+@dataclass(frozen=True)
+class Intent:
+    """One change to apply: what the relay (or reconciler) reads from an outbox row."""
+
+    action: str  # "enqueue" | "schedule" | "remove"
+    job_id: str
+    queue: str
+    fifo: bool
+    score: float | None = None
+
+
+def apply(client: redis.Redis, intents: Iterable[Intent]) -> None:
+    """Apply intents in one pipeline (no MULTI); each is idempotent except FIFO pushes,
+    whose duplicates the worker's claim absorbs."""
+    pipe = client.pipeline(transaction=False)
+    arrived: set[str] = set()
+    for intent in intents:
+        if intent.action == "enqueue":
+            arrived.add(intent.queue)
+            pipe.zrem(retry_key(intent.queue), intent.job_id)
+            if intent.fifo:
+                pipe.rpush(fifo_key(intent.queue), intent.job_id)
+            else:
+                pipe.zadd(priority_key(intent.queue), {intent.job_id: intent.score})
+        elif intent.action == "schedule":
+            _remove_ready(pipe, intent.queue, intent.job_id)
+            pipe.zadd(retry_key(intent.queue), {intent.job_id: intent.score})
+        elif intent.action == "remove":
+            _remove_ready(pipe, intent.queue, intent.job_id)
+            pipe.zrem(retry_key(intent.queue), intent.job_id)
+        else:
+            raise ValueError(f"unknown outbox action {intent.action!r}")
+    for queue in arrived:
+        _wake(pipe, queue)
+    pipe.execute()
+
+
+def _wake(pipe, queue: str) -> None:
+    """Leave one token for an idle worker blocked on the queue (more would only
+    wake workers to find nothing; the one woken passes the token on)."""
+    pipe.lpush(wake_key(queue), 1)
+    pipe.ltrim(wake_key(queue), 0, 0)
+
+
+def _remove_ready(pipe, queue: str, job_id: str) -> None:
+    pipe.zrem(priority_key(queue), job_id)
+    pipe.lrem(fifo_key(queue), 0, job_id)
+
+
+# How long a popped id may wait for its claim to commit and be acknowledged
+# before a sweep puts it back (a duplicate at worst: the claim absorbs it).
+INFLIGHT_SECONDS = 5.0
+
+
+# Moves up to ARGV[1] ready ids into the in-flight set, due back at Redis TIME +
+# ARGV[2] seconds; a priority id's score is kept so a sweep can put it back in
+# place. Passes the wake token on when ids remain, so another idle worker starts.
+_RESERVE = """
+local t = redis.call('TIME')
+local deadline = tonumber(t[1]) + tonumber(t[2]) / 1000000 + tonumber(ARGV[2])
+local ids, inflight, scores = {}, {}, {}
+if ARGV[3] == '1' then
+  ids = redis.call('LPOP', KEYS[1], tonumber(ARGV[1])) or {}
+else
+  local popped = redis.call('ZPOPMIN', KEYS[1], tonumber(ARGV[1]))
+  for i = 1, #popped, 2 do
+    table.insert(ids, popped[i])
+    table.insert(scores, popped[i])
+    table.insert(scores, popped[i + 1])
+  end
+end
+if #ids == 0 then return ids end
+for _, id in ipairs(ids) do
+  table.insert(inflight, deadline)
+  table.insert(inflight, id)
+end
+redis.call('ZADD', KEYS[2], unpack(inflight))
+if #scores > 0 then redis.call('HSET', KEYS[3], unpack(scores)) end
+local left
+if ARGV[3] == '1' then left = redis.call('LLEN', KEYS[1]) else left = redis.call('ZCARD', KEYS[1]) end
+if left > 0 then
+  redis.call('LPUSH', KEYS[4], 1)
+  redis.call('LTRIM', KEYS[4], 0, 0)
+end
+return ids
+"""
+
+
+def reserve(client: redis.Redis, queue: str, fifo: bool, count: int) -> list[str]:
+    """Pop up to ``count`` ready ids of one queue into its in-flight set (atomic)."""
+    keys = (ready_key(queue, fifo), inflight_key(queue), inflight_scores_key(queue), wake_key(queue))
+    return list(client.eval(_RESERVE, 4, *keys, count, INFLIGHT_SECONDS, "1" if fifo else "0"))
+
+
+def acknowledge(client: redis.Redis, popped: dict[str, list[str]]) -> None:
+    """Drop acknowledged ids (queue -> ids) from the in-flight sets: their claim committed."""
+    pipe = client.pipeline(transaction=False)
+    for queue, ids in popped.items():
+        if ids:
+            pipe.zrem(inflight_key(queue), *ids)
+            pipe.hdel(inflight_scores_key(queue), *ids)
+    pipe.execute()
+
+
+def wait_for_work(client: redis.Redis, queues: Sequence[str], timeout: float) -> bool:
+    """Block up to ``timeout`` for a wake token of any of ``queues`` (no busy polling)."""
+    return client.blpop([wake_key(queue) for queue in queues], timeout=timeout) is not None
+
+
+# Puts in-flight ids whose deadline passed back where they were popped from: a
+# FIFO id at the head of its list, a priority id with its old score. Only ids
+# this call removed from the in-flight set move, so two sweepers never both do.
+_RETURN_EXPIRED = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+local moved = 0
+for i = #ids, 1, -1 do
+  local id = ids[i]
+  if redis.call('ZREM', KEYS[2], id) == 1 then
+    moved = moved + 1
+    local score = redis.call('HGET', KEYS[3], id)
+    redis.call('HDEL', KEYS[3], id)
+    if ARGV[1] == '1' then
+      redis.call('LPUSH', KEYS[1], id)
+    else
+      redis.call('ZADD', KEYS[1], score or 0, id)
+    end
+  end
+end
+if moved > 0 then
+  redis.call('LPUSH', KEYS[4], 1)
+  redis.call('LTRIM', KEYS[4], 0, 0)
+end
+return moved
+"""
+
+
+def return_expired(client: redis.Redis, queue: str, fifo: bool, limit: int = 1000) -> int:
+    """Put popped ids never acknowledged (their worker died) back in the ready structure."""
+    keys = (ready_key(queue, fifo), inflight_key(queue), inflight_scores_key(queue), wake_key(queue))
+    return client.eval(_RETURN_EXPIRED, 4, *keys, "1" if fifo else "0", limit)
+
+
+# Removes due members and returns only those this call removed, so two
+# promoters never both move one id. Redis TIME decides what is due.
+_TAKE_DUE = """
+local now = redis.call('TIME')
+local now_s = tonumber(now[1]) + tonumber(now[2]) / 1000000
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_s, 'LIMIT', 0, tonumber(ARGV[1]))
+local taken = {}
+for _, id in ipairs(ids) do
+  if redis.call('ZREM', KEYS[1], id) == 1 then table.insert(taken, id) end
+end
+return taken
+"""
+
+
+def take_due(client: redis.Redis, queue: str, limit: int = 1000) -> list[str]:
+    """Remove and return ids whose due time has come (atomic per call)."""
+    return list(client.eval(_TAKE_DUE, 1, retry_key(queue), limit))
+
+
+def depths(client: redis.Redis, queues: Sequence[tuple[str, bool]]) -> dict[str, dict[str, int]]:
+    """Number of ids in each structure of each queue."""
+    pipe = client.pipeline(transaction=False)
+    for queue, _ in queues:
+        pipe.zcard(priority_key(queue))
+        pipe.llen(fifo_key(queue))
+        pipe.zcard(retry_key(queue))
+    counts = pipe.execute()
+    return {
+        queue: {"priority": counts[i * 3], "fifo": counts[i * 3 + 1], "retry": counts[i * 3 + 2]}
+        for i, (queue, _) in enumerate(queues)
+    }
+
+
+def ready_heads(client: redis.Redis, queues: Sequence[tuple[str, bool]], tiers: Iterable[int]) -> list[str]:
+    """The id first in line in each tier of each priority set and at the head of each FIFO list.
+
+    Ids are in enqueue order within a tier and within a list, so the oldest
+    ready id of a queue is one of these: a look-up of a few ids instead of a
+    scan of every queued job.
+    """
+    tiers = list(tiers)
+    pipe = client.pipeline(transaction=False)
+    for queue, _ in queues:
+        for tier in tiers:
+            pipe.zrangebyscore(priority_key(queue), tier * TIER_SPAN, f"({(tier + 1) * TIER_SPAN}", 0, 1)
+        pipe.lindex(fifo_key(queue), 0)
+    heads: list[str] = []
+    for answer in pipe.execute():
+        if isinstance(answer, list):
+            heads.extend(answer)
+        elif answer is not None:
+            heads.append(answer)
+    return heads

@@ -1,0 +1,187 @@
+"""The reconciler's operations: membership look-ups, snapshots, scans, add-only restores.
+
+Temporary keys are named in ``keys`` and expire after
+``RECONCILE_KEY_TTL_SECONDS``, so a crashed run leaves no lasting garbage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import redis
+
+from queue_app.broker.keys import (
+    RECONCILE_KEY_TTL_SECONDS,
+    fifo_key,
+    priority_key,
+    reconcile_members_key,
+    reconcile_staging_key,
+    retry_key,
+)
+from queue_app.broker.ready import Intent
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """Which of ``ids`` are members of ``key`` (a sorted set, or a plain set)."""
+
+    key: str
+    ids: Sequence[str]
+    sorted_set: bool = True
+
+
+def contains(client: redis.Redis, lookups: Sequence[Lookup]) -> list[list[bool]]:
+    """Membership of many ids in many keys in one round trip (ZMSCORE / SMISMEMBER)."""
+    pipe = client.pipeline(transaction=False)
+    asked = [lookup for lookup in lookups if lookup.ids]
+    for lookup in asked:
+        if lookup.sorted_set:
+            pipe.zmscore(lookup.key, list(lookup.ids))
+        else:
+            pipe.smismember(lookup.key, list(lookup.ids))
+    answers = iter(pipe.execute() if asked else [])
+    results = []
+    for lookup in lookups:
+        if not lookup.ids:
+            results.append([])
+        elif lookup.sorted_set:
+            results.append([score is not None for score in next(answers)])
+        else:
+            results.append([bool(member) for member in next(answers)])
+    return results
+
+
+# Copies one chunk of a list into a set, server-side (ids never cross the network).
+_SNAPSHOT_CHUNK = """
+local start = tonumber(ARGV[1])
+local ids = redis.call('LRANGE', KEYS[1], start, start + tonumber(ARGV[2]) - 1)
+if #ids > 0 then
+  redis.call('SADD', KEYS[2], unpack(ids))
+  redis.call('EXPIRE', KEYS[2], tonumber(ARGV[3]))
+end
+return #ids
+"""
+
+
+def snapshot_list(client: redis.Redis, list_key: str, set_key: str, *, chunk: int = 1000) -> int:
+    """Copy a list into a set in chunks (each atomic, none long enough to stall Redis).
+
+    Pops and pushes between chunks shift the offsets, so an id may be missed:
+    the caller then sees it as absent, which errs toward a harmless duplicate.
+    """
+    start = 0
+    while True:
+        copied = client.eval(_SNAPSHOT_CHUNK, 2, list_key, set_key, start, chunk, RECONCILE_KEY_TTL_SECONDS)
+        start += copied
+        if copied < chunk:
+            return start
+
+
+def scan_sorted_set(client: redis.Redis, key: str, *, chunk: int = 1000) -> Iterator[list[str]]:
+    """Members in chunks (ZSCAN): each member present throughout is seen at least once."""
+    cursor = 0
+    while True:
+        cursor, members = client.zscan(key, cursor, count=chunk)
+        if members:
+            yield [member for member, _ in members]
+        if cursor == 0:
+            return
+
+
+def prune_sorted_set(
+    client: redis.Redis,
+    key: str,
+    pick: Callable[[list[str]], Collection[str]],
+    *,
+    chunk: int = 1000,
+    remove: bool = True,
+) -> int:
+    """Scan ``key`` in chunks and remove the members ``pick`` returns; returns how many went."""
+    removed = 0
+    for members in scan_sorted_set(client, key, chunk=chunk):
+        doomed = list(pick(members))
+        if doomed and remove:
+            removed += client.zrem(key, *doomed)
+    return removed
+
+
+def prune_list(
+    client: redis.Redis,
+    key: str,
+    pick: Callable[[list[str]], Collection[str]],
+    *,
+    chunk: int = 1000,
+    remove: bool = True,
+) -> int:
+    """Walk a list in LRANGE chunks and remove every occurrence of the ids ``pick`` returns."""
+    start = 0
+    removed_total = 0
+    while True:
+        ids = client.lrange(key, start, start + chunk - 1)
+        doomed = list(dict.fromkeys(pick(ids))) if ids else []
+        removed = 0
+        if doomed and remove:
+            pipe = client.pipeline(transaction=False)
+            for job_id in doomed:
+                pipe.lrem(key, 0, job_id)
+            removed = sum(pipe.execute())
+            removed_total += removed
+        if len(ids) < chunk:
+            return removed_total
+        # Removals at or before this chunk shift the rest left; stepping back by all
+        # of them may re-read a few entries but never skips one.
+        start = max(0, start + len(ids) - removed)
+
+
+def restore(client: redis.Redis, intents: Iterable[Intent], *, staging_token: str) -> None:
+    """Add-only counterpart of ``apply`` for ids known to be missing (no O(N) LREMs).
+
+    One ZADD per key. Ready ids of FIFO queues go to the run's staging set
+    instead of the list, so ``release_staged`` can append them in enqueue order.
+    """
+    by_key: dict[str, dict[str, float]] = {}
+    staged: set[str] = set()
+    for intent in intents:
+        if intent.action == "enqueue" and intent.fifo:
+            key = reconcile_staging_key(intent.queue, staging_token)
+            staged.add(key)
+        elif intent.action == "enqueue":
+            key = priority_key(intent.queue)
+        elif intent.action == "schedule":
+            key = retry_key(intent.queue)
+        else:
+            raise ValueError(f"cannot restore action {intent.action!r}")
+        by_key.setdefault(key, {})[intent.job_id] = intent.score
+    pipe = client.pipeline(transaction=False)
+    for key, members in by_key.items():
+        pipe.zadd(key, members)
+    for key in staged:
+        pipe.expire(key, RECONCILE_KEY_TTL_SECONDS)
+    pipe.execute()
+
+
+# Moves the lowest-scored chunk of the staging set to the list's tail, atomically.
+_RELEASE_CHUNK = """
+local ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
+if #ids > 0 then
+  redis.call('RPUSH', KEYS[2], unpack(ids))
+  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #ids - 1)
+end
+return #ids
+"""
+
+
+def release_staged(client: redis.Redis, queue: str, staging_token: str, *, chunk: int = 1000) -> int:
+    """Append a run's staged FIFO ids to the queue's list in enqueue order; returns how many."""
+    staging = reconcile_staging_key(queue, staging_token)
+    released = 0
+    while True:
+        moved = client.eval(_RELEASE_CHUNK, 2, staging, fifo_key(queue), chunk)
+        released += moved
+        if moved < chunk:
+            return released
+
+
+def discard_reconcile_keys(client: redis.Redis, queue: str, token: str) -> None:
+    client.delete(reconcile_members_key(queue, token), reconcile_staging_key(queue, token))

@@ -1,0 +1,60 @@
+"""Retention: deleting finished jobs (with their log and outbox rows) past an age, in batches."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+import structlog
+from django.db import transaction
+
+from queue_app.models import Job
+from queue_app.states import TERMINAL
+
+log = structlog.get_logger("queue_app.services")
+
+
+def prune_finished_jobs(
+    *,
+    finished_before: dict[str, datetime],
+    queues: Sequence[str] | None = None,
+    backend: str | None = None,
+    batch_size: int = 1000,
+    dry_run: bool = False,
+) -> dict[str, int]:
+    """Delete jobs of each given finished status completed before its cutoff; counts per status.
+
+    Each batch is its own short transaction, so a prune never holds one huge
+    DELETE's locks; rows are locked with SKIP LOCKED, so a job being retried at
+    that moment is skipped, not deleted under the retry. Queued and running
+    jobs are never candidates.
+    """
+    unknown = set(finished_before) - TERMINAL
+    if unknown:
+        raise ValueError(f"only finished jobs are pruned, not {', '.join(sorted(unknown))}")
+    counts = {}
+    for status, cutoff in finished_before.items():
+        candidates = Job.objects.filter(status=status, completed_at__lt=cutoff)
+        if queues:
+            candidates = candidates.filter(queue__in=list(queues))
+        if backend is not None:
+            candidates = candidates.filter(backend=backend)
+        if dry_run:
+            counts[status] = candidates.count()
+            continue
+        counts[status] = 0
+        while True:
+            with transaction.atomic():
+                ids = list(
+                    candidates.order_by()
+                    .select_for_update(skip_locked=True)
+                    .values_list("id", flat=True)[:batch_size]
+                )
+                if ids:
+                    # Logs and outbox rows go with their job (ORM cascade, same transaction).
+                    Job.objects.filter(id__in=ids).delete()
+            counts[status] += len(ids)
+            if len(ids) < batch_size:
+                break
+    log.info("jobs_pruned", dry_run=dry_run, **counts)
+    return counts

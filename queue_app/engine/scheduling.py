@@ -1,0 +1,65 @@
+"""Periodic ticks: each tick of a schedule becomes exactly one job.
+
+A scheduler wins a tick by moving its schedule's ``last_tick_at`` forward
+with a conditional UPDATE, in the same transaction as the enqueue. A second
+scheduler racing for the same tick blocks on the row lock, then finds the
+condition false and enqueues nothing. The idempotency key
+``schedule:<name>:<tick>`` is a second guard, and lets a user find the job
+of a tick.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import structlog
+from django.db import transaction
+from django.db.models import Q
+
+from queue_app.engine.enqueue import enqueue_job
+from queue_app.models import Job, ScheduleState
+from queue_app.schedules import Schedule
+
+log = structlog.get_logger("queue_app.scheduler")
+
+
+def ensure_schedule_states(schedules: list[Schedule], *, now: datetime) -> None:
+    """A state row for each schedule; a new one starts at ``now`` (its earlier ticks never run)."""
+    ScheduleState.objects.bulk_create(
+        [ScheduleState(name=s.name, next_tick_at=s.next_tick(now)) for s in schedules],
+        ignore_conflicts=True,
+    )
+
+
+def _advance(schedule: Schedule, tick: datetime, next_tick: datetime, *, paused: bool) -> bool:
+    """Move ``last_tick_at`` to ``tick`` if no scheduler did; True for the one that did."""
+    return bool(
+        ScheduleState.objects.filter(name=schedule.name, paused=paused)
+        .filter(Q(last_tick_at__isnull=True) | Q(last_tick_at__lt=tick))
+        .update(last_tick_at=tick, next_tick_at=next_tick)
+    )
+
+
+def enqueue_schedule_tick(schedule: Schedule, tick: datetime, *, next_tick: datetime) -> Job | None:
+    """Enqueue the job of ``tick``; None when another scheduler already did, or the schedule is paused."""
+    with transaction.atomic():
+        if not _advance(schedule, tick, next_tick, paused=False):
+            return None
+        job = enqueue_job(
+            schedule.type,
+            schedule.payload,
+            queue=schedule.queue,
+            priority=schedule.priority,
+            idempotency_key=schedule.idempotency_key(tick),
+        )
+        ScheduleState.objects.filter(name=schedule.name).update(last_job=job)
+    log.info("schedule_tick_enqueued", schedule=schedule.name, tick=tick.isoformat(), job_id=str(job.id))
+    return job
+
+
+def pass_over_paused_tick(schedule: Schedule, tick: datetime, *, next_tick: datetime) -> bool:
+    """Record a paused schedule's tick as handled, so resuming does not run it late."""
+    passed = _advance(schedule, tick, next_tick, paused=True)
+    if passed:
+        log.info("schedule_tick_paused", schedule=schedule.name, tick=tick.isoformat())
+    return passed

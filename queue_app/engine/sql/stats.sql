@@ -1,0 +1,42 @@
+-- Reads behind the queue's figures (engine/stats.py, engine/counts.py). Nothing here writes.
+
+-- name: table_row_estimate
+SELECT reltuples::bigint FROM pg_class WHERE oid = %(table)s::regclass
+
+-- name: database_now
+SELECT statement_timestamp()
+
+-- name: job_count_estimates
+-- The planner's own figures in one statement instead of an EXPLAIN per (queue, status): the
+-- table's rows and, from ANALYZE's most common values, each status's and each queue's share.
+-- No rows before the first ANALYZE.
+WITH total AS (
+    SELECT greatest(reltuples, 0) AS rows FROM pg_class WHERE oid = 'jobs'::regclass
+)
+SELECT attname, value, freq, total.rows
+  FROM total, pg_stats, unnest(most_common_vals::text::text[], most_common_freqs) AS mcv (value, freq)
+ WHERE schemaname = current_schema() AND tablename = 'jobs' AND attname IN ('queue', 'status')
+
+-- name: job_counts_by_queue
+-- Exact counts for the statuses known to be small; ``scheduled`` = queued, waiting for a time.
+SELECT queue, status, count(*) AS jobs,
+       count(*) FILTER (WHERE status = 'queued' AND next_retry_at > statement_timestamp()) AS scheduled
+  FROM jobs
+ WHERE status = ANY(%(statuses)s::text[])
+ GROUP BY queue, status
+
+-- name: outbox_backlog_by_queue
+-- Served by the partial index on undispatched rows.
+SELECT queue, count(*) AS pending, min(created_at) AS oldest
+  FROM job_outbox
+ WHERE dispatched_at IS NULL
+ GROUP BY queue
+
+-- name: oldest_due_queued
+-- A job scheduled for later is not waiting yet: its enqueued_at is its due time.
+SELECT min(enqueued_at) FROM jobs WHERE status = 'queued' AND enqueued_at <= statement_timestamp()
+
+-- name: oldest_due_queued_among
+SELECT min(enqueued_at)
+  FROM jobs
+ WHERE id = ANY(%(ids)s::uuid[]) AND status = 'queued' AND enqueued_at <= statement_timestamp()

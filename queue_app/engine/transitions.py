@@ -1,0 +1,110 @@
+"""Applying a transition from ``states.TRANSITION_TABLE`` to one job.
+
+The table says which statuses a transition leaves and enters, which event
+and level its log row has, and whether Redis must change (an outbox row).
+``apply_transition`` runs the transition's conditional UPDATE (the statement
+of the same name in ``sql/transitions.sql``) and writes the log row and the
+outbox row from the table, in one transaction. The set-based statements (the
+batched claim and completion, the lease rescue) bind the same table's
+statuses and events, and share ``record_transitions`` for what follows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import connection, transaction
+
+from queue_app import broker
+from queue_app.engine import sql
+from queue_app.engine.outbox import enqueue_intent, notify_relay
+from queue_app.models import JobLog, OutboxMessage
+from queue_app.states import TRANSITION_TABLE, Transition
+
+
+@dataclass(frozen=True)
+class TransitionedJob:
+    """The job row as a transition left it: what its log and outbox rows need."""
+
+    id: str
+    status: str
+    attempts: int
+    queue: str
+    priority: str
+    enqueued_at: datetime
+    next_retry_at: datetime | None
+
+
+def transition(name: str) -> Transition:
+    """The table's row for ``name``; KeyError names it when there is none."""
+    try:
+        return TRANSITION_TABLE[name]
+    except KeyError:
+        raise KeyError(f"no transition named {name!r} in states.TRANSITION_TABLE") from None
+
+
+def table_params(name: str) -> dict[str, object]:
+    """What a statement binds from the table: source statuses, target, event and level."""
+    row = transition(name)
+    return {"sources": sorted(row.sources), "target": row.target, "event": row.event, "level": row.level}
+
+
+def apply_transition(
+    name: str, job_id, *, message: str = "", fence: int | None = None, **params
+) -> TransitionedJob | None:
+    """Apply transition ``name`` to one job; None (nothing written) when its condition does not hold.
+
+    The condition is the transition's allowed source statuses and, for a
+    running job's transition, the holder's ``fence`` (the fencing token).
+    """
+    row = transition(name)
+    if row.fenced and fence is None:
+        raise ValueError(f"transition {name!r} is fenced: pass the fence")
+    values = {"id": str(job_id), "sources": sorted(row.sources), "target": row.target, "fence": fence}
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(sql.query(name), {**values, **params})
+            found = cursor.fetchone()
+        if found is None:
+            return None
+        job = TransitionedJob(str(found[0]), *found[1:])
+        record_transitions(row, [job], message=message, fence=fence)
+    return job
+
+
+def record_transitions(
+    row: Transition, jobs: Sequence[TransitionedJob], *, message: str, fence: int | None = None
+) -> None:
+    """The log rows (and outbox rows, where Redis must change) of jobs that just made transition ``row``.
+
+    Runs inside the transaction of the UPDATE that moved them. A fenced
+    transition's log row records the job's attempts and the holder's ``fence``.
+    """
+    logs, outbox = [], []
+    for job in jobs:
+        extra: dict[str, object] = {}
+        if row.fenced:
+            extra["attempt"] = job.attempts
+            if fence is not None:
+                extra["fence"] = fence
+        if row.outbox == OutboxMessage.Action.SCHEDULE:
+            extra["next_retry_at"] = job.next_retry_at.isoformat()
+        logs.append(JobLog(job_id=job.id, level=row.level, event=row.event, message=message, extra=extra))
+        if row.outbox is not None:
+            outbox.append(_outbox_row(row.outbox, job))
+    JobLog.objects.bulk_create(logs)
+    if outbox:
+        OutboxMessage.objects.bulk_create(outbox)
+        notify_relay()
+
+
+def _outbox_row(action: str, job: TransitionedJob) -> OutboxMessage:
+    if action == OutboxMessage.Action.ENQUEUE:
+        return enqueue_intent(job.id, job.queue, job.priority, job.enqueued_at)
+    if action == OutboxMessage.Action.SCHEDULE:
+        return OutboxMessage(
+            job_id=job.id, action=action, queue=job.queue, score=broker.due_score(job.next_retry_at)
+        )
+    return OutboxMessage(job_id=job.id, action=action, queue=job.queue)

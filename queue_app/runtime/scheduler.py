@@ -1,0 +1,105 @@
+"""The scheduler: turns the ticks of periodic schedules into jobs.
+
+Run as many as you like (one per host for redundancy): each tick becomes
+exactly one job whichever scheduler gets there first (see
+``queue_app.engine.scheduling``). Times come from the database clock, so
+schedulers on hosts with drifting clocks still agree.
+
+Missed ticks (every scheduler was down): once one runs again, each schedule
+whose ticks were missed runs **once**, for the latest missed tick; older
+missed ticks are skipped (Celery beat and cron do the same). A new schedule
+starts with its first tick after it was first seen; a paused schedule's ticks
+are passed over, so resuming it does not run it late.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta
+
+import structlog
+from django.db import DatabaseError, connection
+
+from queue_app.conf import queue_settings
+from queue_app.engine.scheduling import enqueue_schedule_tick, ensure_schedule_states, pass_over_paused_tick
+from queue_app.exceptions import QueueError
+from queue_app.models import ScheduleState
+from queue_app.runtime.outages import OutageGuard
+from queue_app.schedules import Schedule, all_schedules
+
+log = structlog.get_logger("queue_app.scheduler")
+
+MIN_SLEEP_SECONDS = 0.01
+
+
+def database_now() -> datetime:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement_timestamp()")
+        return cursor.fetchone()[0]
+
+
+class Scheduler:
+    """``run_once`` handles every due tick; ``run_forever`` sleeps until the next one."""
+
+    def __init__(self, schedules: list[Schedule] | None = None, *, poll_seconds: float | None = None) -> None:
+        self.schedules = all_schedules() if schedules is None else schedules
+        self.poll_seconds = poll_seconds or queue_settings().SCHEDULER_POLL_SECONDS
+        self.enqueued_total = 0
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        """Return after the current pass (safe from a signal handler)."""
+        self._stop.set()
+
+    def run_once(self) -> datetime:
+        """Enqueue the latest due tick of each schedule; returns when the next tick falls."""
+        now = database_now()
+        ensure_schedule_states(self.schedules, now=now)
+        states = {state.name: state for state in ScheduleState.objects.filter(name__in=self._names())}
+        for schedule in self.schedules:
+            state = states[schedule.name]
+            tick = schedule.latest_tick(now)
+            handled_until = state.last_tick_at or state.created_at
+            if tick <= handled_until:
+                continue
+            next_tick = schedule.next_tick(now)
+            if state.paused:
+                pass_over_paused_tick(schedule, tick, next_tick=next_tick)
+                continue
+            missed_since = schedule.next_tick(handled_until)
+            if missed_since < tick:
+                log.warning(
+                    "schedule_ticks_missed",
+                    schedule=schedule.name,
+                    first_missed=missed_since.isoformat(),
+                    running=tick.isoformat(),
+                )
+            try:
+                if enqueue_schedule_tick(schedule, tick, next_tick=next_tick) is not None:
+                    self.enqueued_total += 1
+            except QueueError as exc:
+                # The whole tick rolled back; it is tried again on the next pass.
+                log.error("schedule_enqueue_failed", schedule=schedule.name, error=str(exc))
+        if not self.schedules:
+            return now + timedelta(seconds=self.poll_seconds)
+        return min(schedule.next_tick(now) for schedule in self.schedules)
+
+    def run_forever(self) -> None:
+        """Run until stopped, sleeping until the next tick (at most ``poll_seconds``)."""
+        guard = OutageGuard("scheduler")
+        log.info("scheduler_started", schedules=self._names())
+        while not self._stop.is_set():
+            try:
+                next_tick = self.run_once()
+                wait = (next_tick - database_now()).total_seconds()
+                guard.recovered()
+            except guard.errors as exc:
+                if isinstance(exc, DatabaseError):
+                    connection.close()
+                guard.failed(exc, sleep=self._stop.wait)
+                continue
+            self._stop.wait(min(max(wait, MIN_SLEEP_SECONDS), self.poll_seconds))
+        log.info("scheduler_stopped", enqueued=self.enqueued_total)
+
+    def _names(self) -> list[str]:
+        return [schedule.name for schedule in self.schedules]

@@ -1,0 +1,250 @@
+"""The workload every system runs, and the measurements taken from it (BENCH method).
+
+Each system is an adapter with the same small interface; ``measure`` drives
+it through enqueue, bulk enqueue, drains with 1 and 2 worker processes and
+enqueue-to-start latency, and returns one flat dict of figures. Start times
+come from the journal every handler appends to (``record_start``), which also
+proves that each job ran exactly once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH_DIR = Path(__file__).resolve().parent
+POLL_SECONDS = 0.025
+
+# Redis databases of the benchmark (8-12); each system empties its own.
+REDIS_DB = {"ours": 8, "celery": 9}
+
+
+@dataclass(frozen=True)
+class Workload:
+    jobs: int = 5_000
+    latency_rate: float = 200.0
+    latency_seconds: float = 10.0
+    saturation_jobs: int = 2_000
+    timeout: float = 300.0
+
+
+def database_url(name: str) -> str:
+    """URL of database ``name`` on BENCH_DATABASE_URL's server (created when missing)."""
+    base = os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+    url = urlunsplit(urlsplit(base)._replace(path=f"/{name}"))
+    import psycopg
+
+    admin_url = urlunsplit(urlsplit(base)._replace(path="/postgres"))
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone() is None:
+            conn.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(name)))
+    return url
+
+
+def redis_url(db: int) -> str:
+    base = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+    return urlunsplit(urlsplit(base)._replace(path=f"/{db}"))
+
+
+def journal_path() -> Path:
+    return Path(os.environ["BENCH_JOURNAL"])
+
+
+_journal_fd: int | None = None
+
+
+def record_start(arg: int) -> int:
+    """What every benchmark handler does: one unbuffered append of "arg start_microseconds"."""
+    global _journal_fd
+    if _journal_fd is None:
+        _journal_fd = os.open(os.environ["BENCH_JOURNAL"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.write(_journal_fd, f"{arg} {time.time_ns() // 1000}\n".encode())
+    return arg
+
+
+def read_journal() -> dict[int, int]:
+    """arg -> start time (µs); fails when any job ran more than once."""
+    starts: dict[int, int] = {}
+    counts: Counter[int] = Counter()
+    for line in journal_path().read_text().splitlines():
+        arg, started = line.split()
+        counts[int(arg)] += 1
+        starts[int(arg)] = int(started)
+    repeated = [arg for arg, count in counts.items() if count > 1]
+    if repeated:
+        raise RuntimeError(f"{len(repeated)} jobs ran more than once, e.g. {repeated[:5]}")
+    return starts
+
+
+def reset_journal() -> None:
+    journal_path().write_text("")
+
+
+def wait_until(condition, *, timeout: float, what: str) -> float:
+    """Poll ``condition`` every 25 ms; the time.time() at which it first held."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if condition():
+            return time.time()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(POLL_SECONDS)
+
+
+def spawn(command: list[str], env: dict[str, str], log_name: str) -> subprocess.Popen:
+    """Start a worker command in its own process group, its output into the run's log folder."""
+    log_dir = Path(os.environ["BENCH_LOG_DIR"])
+    log = open(log_dir / f"{log_name}.log", "ab")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen(
+        command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+
+
+def stop(process: subprocess.Popen, timeout: float = 15) -> None:
+    """SIGTERM the process group we started, SIGKILL it when it does not stop in time."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    try:
+        os.killpg(process.pid, signal.SIGKILL)  # children that outlived their parent
+    except ProcessLookupError:
+        pass
+
+
+def percentiles(values_ms: list[float]) -> dict[str, float]:
+    cuts = statistics.quantiles(values_ms, n=100, method="inclusive")
+    return {"p50": cuts[49], "p95": cuts[94], "p99": cuts[98]}
+
+
+class Adapter:
+    """One system under test. ``args`` are ints; every handler calls ``record_start(arg)``."""
+
+    name = ""
+
+    def reset(self) -> None:
+        """Empty the system's queue and history."""
+
+    def enqueue(self, arg: int) -> None:
+        raise NotImplementedError
+
+    def enqueue_bulk(self, args: list[int]) -> None:
+        raise NotImplementedError
+
+    def after_enqueue(self) -> dict[str, float]:
+        """Work between enqueue and a ready queue (our relay); its figures."""
+        return {}
+
+    def start_workers(self, processes: int) -> list[subprocess.Popen]:
+        raise NotImplementedError
+
+    def done(self) -> int:
+        """How many jobs the system's own state says are done."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+def _drain(adapter: Adapter, processes: int, workload: Workload) -> dict[str, float]:
+    spawned = time.time()
+    workers = adapter.start_workers(processes)
+    try:
+        done_at = wait_until(
+            lambda: adapter.done() >= workload.jobs,
+            timeout=workload.timeout,
+            what=f"{workload.jobs} jobs done",
+        )
+    finally:
+        for worker in workers:
+            stop(worker)
+    starts = read_journal()
+    if len(starts) != workload.jobs:
+        raise RuntimeError(f"{len(starts)} of {workload.jobs} jobs started")
+    first = min(starts.values()) / 1e6
+    return {"rate": workload.jobs / (done_at - first), "startup_s": first - spawned}
+
+
+def _enqueue_paced(adapter: Adapter, args: range, rate: float | None) -> dict[int, float]:
+    """Enqueue one call per job, at ``rate`` per second or as fast as possible; arg -> t0."""
+    sent: dict[int, float] = {}
+    started = time.perf_counter()
+    for index, arg in enumerate(args):
+        if rate:
+            delay = started + index / rate - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+        sent[arg] = time.time()
+        adapter.enqueue(arg)
+    return sent
+
+
+def _latencies(adapter: Adapter, sent: dict[int, float], already_done: int, workload: Workload) -> dict:
+    wait_until(
+        lambda: adapter.done() >= already_done + len(sent), timeout=workload.timeout, what="latency jobs done"
+    )
+    starts = read_journal()
+    missing = [arg for arg in sent if arg not in starts]
+    if missing:
+        raise RuntimeError(f"{len(missing)} latency jobs never started")
+    return percentiles([(starts[arg] / 1e6 - t0) * 1000 for arg, t0 in sent.items()])
+
+
+def measure(adapter: Adapter, workload: Workload) -> dict[str, float]:
+    """Every figure for one system, one repetition."""
+    figures: dict[str, float] = {}
+    n = workload.jobs
+
+    adapter.reset()
+    reset_journal()
+    started = time.perf_counter()
+    for arg in range(n):
+        adapter.enqueue(arg)
+    figures["enqueue"] = n / (time.perf_counter() - started)
+    figures.update(adapter.after_enqueue())
+    drain = _drain(adapter, 1, workload)
+    figures["drain_1"], figures["startup_1_s"] = drain["rate"], drain["startup_s"]
+
+    adapter.reset()
+    reset_journal()
+    started = time.perf_counter()
+    for start in range(0, n, 1000):
+        adapter.enqueue_bulk(list(range(start, min(n, start + 1000))))
+    figures["bulk_enqueue"] = n / (time.perf_counter() - started)
+    adapter.after_enqueue()
+    drain = _drain(adapter, 2, workload)
+    figures["drain_2"], figures["startup_2_s"] = drain["rate"], drain["startup_s"]
+
+    adapter.reset()
+    reset_journal()
+    workers = adapter.start_workers(1)
+    try:
+        adapter.enqueue(10_000_000)  # warm-up: the worker is up and has run one job
+        wait_until(lambda: adapter.done() >= 1, timeout=workload.timeout, what="the warm-up job")
+        count = int(workload.latency_rate * workload.latency_seconds)
+        sent = _enqueue_paced(adapter, range(20_000_000, 20_000_000 + count), workload.latency_rate)
+        fixed = _latencies(adapter, sent, 1, workload)
+        sent = _enqueue_paced(adapter, range(30_000_000, 30_000_000 + workload.saturation_jobs), None)
+        saturated = _latencies(adapter, sent, 1 + count, workload)
+    finally:
+        for worker in workers:
+            stop(worker)
+    figures.update({f"latency_{key}_ms": value for key, value in fixed.items()})
+    figures.update({f"saturation_{key}_ms": value for key, value in saturated.items()})
+    return figures
+
+
+def python() -> str:
+    return sys.executable

@@ -1,0 +1,87 @@
+"""The printed table: ours (first run, last run) beside each peer, with ours / peer."""
+
+from __future__ import annotations
+
+# (key, label, format); jobs/s: higher is better; ms, s and MiB: lower is better.
+ROWS = [
+    ("enqueue", "enqueue, one call per job (jobs/s)", "{:,.0f}"),
+    ("bulk_enqueue", "bulk enqueue, 1,000 per call (jobs/s)", "{:,.0f}"),
+    ("http_submit", "HTTP POST /api/jobs/, 8 clients, 2 procs (req/s)", "{:,.0f}"),
+    ("relay", "relay, outbox to Redis (jobs/s)", "{:,.0f}"),
+    ("drain_1", "drain, 1 worker process (jobs/s)", "{:,.0f}"),
+    ("drain_2", "drain, 2 worker processes (jobs/s)", "{:,.0f}"),
+    ("startup_1_s", "worker start-up to first job, 1 process (s)", "{:.2f}"),
+    ("latency_p50_ms", "enqueue-to-start p50 at 200 jobs/s (ms)", "{:.1f}"),
+    ("latency_p95_ms", "enqueue-to-start p95 at 200 jobs/s (ms)", "{:.1f}"),
+    ("latency_p99_ms", "enqueue-to-start p99 at 200 jobs/s (ms)", "{:.1f}"),
+    ("saturation_p50_ms", "enqueue-to-start p50, saturated (ms)", "{:.1f}"),
+    ("saturation_p95_ms", "enqueue-to-start p95, saturated (ms)", "{:.1f}"),
+    ("saturation_p99_ms", "enqueue-to-start p99, saturated (ms)", "{:.1f}"),
+    ("reconcile_s", "reconcile after a Redis flush (s)", "{:.1f}"),
+    ("reconcile_rss_mib", "reconcile peak RSS (MiB)", "{:.0f}"),
+]
+
+CAVEATS = """\
+Caveats: durability is not equal. Redis runs here with persistence {redis_persistence}; Celery keeps no
+record of a job once acked (no result backend) and loses queued jobs with Redis. This project,
+procrastinate, pgqueuer and django-tasks-db commit every job to PostgreSQL (fsync={fsync},
+synchronous_commit={synchronous_commit}); this project also writes a log trail and an outbox row
+per job. "2 worker processes" are processes for this project, pgqueuer, Celery and django-tasks-db,
+and 2 asyncio slots in one process for procrastinate. Ratios are ours (median of every run of this
+project, first and last) / peer; above 1 is better for rates, below 1 for times and memory."""
+
+
+def _cell(value, fmt: str) -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def render(results: dict, peers: list[str]) -> str:
+    medians = results["medians"]
+    first, last, ours = (
+        medians.get("ours (first)", {}),
+        medians.get("ours (last)", {}),
+        medians.get("ours", {}),
+    )
+    header = ["figure", "ours first", "ours last"]
+    for peer in peers:
+        header += [peer, "ours/" + peer]
+    lines = []
+    for key, label, fmt in ROWS:
+        if key not in ours and not any(key in medians.get(peer, {}) for peer in peers):
+            continue
+        row = [label, _cell(first.get(key, ours.get(key)), fmt), _cell(last.get(key), fmt)]
+        for peer in peers:
+            value = medians.get(peer, {}).get(key)
+            ratio = results["ratios"].get(peer, {}).get(key)
+            row += [_cell(value, fmt), "-" if ratio is None else f"{ratio:.2f}x"]
+        lines.append(row)
+    widths = [max(len(str(row[i])) for row in [header, *lines]) for i in range(len(header))]
+
+    def fmt_row(row: list[str]) -> str:
+        return "  ".join(
+            cell.ljust(widths[0]) if i == 0 else cell.rjust(widths[i]) for i, cell in enumerate(row)
+        )
+
+    machine = results["machine"]
+    workload = results["workload"]
+    title = (
+        f"{workload['jobs']:,} no-op jobs, medians of {results['rounds']} round(s); "
+        f"{machine['cores']} cores; "
+        f"PostgreSQL {machine['server_version']} fsync={machine['fsync']} "
+        f"synchronous_commit={machine['synchronous_commit']}; Redis {machine['redis_version']}"
+    )
+    table = [title, "", fmt_row(header), fmt_row(["-" * w for w in widths]), *map(fmt_row, lines)]
+    if results.get("errors"):
+        table += ["", *(f"FAILED {run['system']}: {run['error']}" for run in results["errors"])]
+    if isinstance(results.get("reconcile"), dict) and "error" in results["reconcile"]:
+        table.append(f"FAILED reconcile: {results['reconcile']['error']}")
+    persistence = f"appendonly={machine['redis_appendonly']}, save='{machine['redis_save']}'"
+    table += [
+        "",
+        CAVEATS.format(
+            redis_persistence=persistence,
+            fsync=machine["fsync"],
+            synchronous_commit=machine["synchronous_commit"],
+        ),
+    ]
+    return "\n".join(table)

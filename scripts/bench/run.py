@@ -1,0 +1,180 @@
+"""Benchmark this project beside pgqueuer, procrastinate, Celery and django-tasks-db.
+
+    ./dev bench [--quick] [options]        (sets up .venv-bench, then runs this)
+
+Every system runs the same no-op workload on the same PostgreSQL and Redis
+(BENCH_DATABASE_URL, BENCH_REDIS_URL; default the local servers) in
+databases of its own (bench_*) and Redis databases 8-10, which it EMPTIES.
+This project runs first and last; each system's figures are medians of
+``--rounds`` repetitions, each repetition in a fresh process. Prints a table
+with the ratios ours / peer and writes everything as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from common import BENCH_DIR, ROOT, Workload, python, redis_url
+from report import render
+
+PEERS = {
+    "pgqueuer": "peer_pgqueuer",
+    "procrastinate": "peer_procrastinate",
+    "celery": "peer_celery",
+    "django-tasks-db": "peer_djtasks",
+}
+QUICK = Workload(jobs=300, latency_seconds=1, saturation_jobs=200, timeout=120)
+
+
+def last_json_line(output: str) -> dict:
+    return json.loads(output.strip().splitlines()[-1])
+
+
+def run_child(script: str, *args: str, env: dict[str, str]) -> dict:
+    """Run one measuring process; its figures, or the error it ended with."""
+    completed = subprocess.run(
+        [python(), str(BENCH_DIR / script), *args], env=env, cwd=BENCH_DIR, capture_output=True, text=True
+    )
+    log = Path(env["BENCH_LOG_DIR"]) / "children.log"
+    with log.open("a") as handle:
+        handle.write(f"$ {script} {' '.join(args)}\n{completed.stderr}\n")
+    if completed.returncode != 0:
+        lines = (completed.stderr or completed.stdout).strip().splitlines()
+        return {"error": lines[-1] if lines else f"exit {completed.returncode}"}
+    return last_json_line(completed.stdout)
+
+
+def server_facts(env: dict[str, str]) -> dict:
+    import psycopg
+    import redis
+
+    base = env.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+    with psycopg.connect(base, autocommit=True) as conn:
+        facts = {
+            name: conn.execute(f"SHOW {name}").fetchone()[0]  # names from this fixed tuple only
+            for name in ("server_version", "fsync", "synchronous_commit")
+        }
+    client = redis.Redis.from_url(redis_url(8))
+    facts["redis_version"] = client.info("server")["redis_version"]
+    facts["redis_appendonly"] = client.config_get("appendonly").get("appendonly")
+    facts["redis_save"] = client.config_get("save").get("save")
+    facts.update(cores=os.cpu_count(), platform=platform.platform(), python=platform.python_version())
+    return facts
+
+
+def medians(runs: list[dict]) -> dict[str, float]:
+    figures = [run["figures"] for run in runs if "figures" in run]
+    keys = sorted({key for figure in figures for key in figure})
+    return {key: statistics.median(f[key] for f in figures if key in f) for key in keys}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke check: 300 jobs, 1 round, 10,000 to reconcile"
+    )
+    parser.add_argument("--rounds", type=int, help="repetitions per system (default 3; 1 with --quick)")
+    parser.add_argument("--jobs", type=int, help="jobs per enqueue and drain (default 5,000)")
+    parser.add_argument("--systems", default="ours," + ",".join(PEERS), help="comma-separated; default all")
+    parser.add_argument("--reconcile-jobs", type=int, help="queued jobs to reconcile (default 1,000,000)")
+    parser.add_argument("--http-requests", type=int, help="POST /api/jobs/ requests (default 5,000)")
+    parser.add_argument(
+        "--json", default=str(ROOT / "artifacts" / "bench" / "results.json"), help="output file"
+    )
+    args = parser.parse_args()
+
+    workload = QUICK if args.quick else Workload()
+    if args.jobs:
+        workload = replace(workload, jobs=args.jobs)
+    rounds = args.rounds or (1 if args.quick else 3)
+    reconcile_jobs = (
+        args.reconcile_jobs if args.reconcile_jobs is not None else (10_000 if args.quick else 1_000_000)
+    )
+    http_requests = args.http_requests if args.http_requests is not None else (500 if args.quick else 5_000)
+    systems = [name.strip() for name in args.systems.split(",") if name.strip()]
+    unknown = [name for name in systems if name != "ours" and name not in PEERS]
+    if unknown:
+        parser.error(f"--systems: unknown {', '.join(unknown)}; known: ours, {', '.join(PEERS)}")
+
+    out = Path(args.json)
+    log_dir = out.parent / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    env = {
+        **os.environ,
+        "BENCH_JOURNAL": str(out.parent / "journal"),
+        "BENCH_LOG_DIR": str(log_dir),
+        "PYTHONPATH": os.pathsep.join([str(BENCH_DIR), str(ROOT)]),
+    }
+    results: dict = {"machine": server_facts(env), "workload": asdict(workload), "rounds": rounds, "runs": []}
+    started = time.monotonic()
+    spec = json.dumps(asdict(workload))
+
+    def measure(system: str, position: str) -> None:
+        module = "ours" if system == "ours" else PEERS[system]
+        for index in range(rounds):
+            print(f"  {system} ({position}) round {index + 1}/{rounds} ...", file=sys.stderr, flush=True)
+            run = run_child("runner.py", module, spec, env=env)
+            run.setdefault("system", system)
+            run["position"] = position
+            results["runs"].append(run)
+            if "error" in run:
+                print(f"    {system} failed: {run['error']}", file=sys.stderr)
+
+    peers = [name for name in systems if name != "ours"]
+    if "ours" in systems:
+        measure("ours", "first")
+        if http_requests:
+            print(f"  ours HTTP submit, {http_requests} requests ...", file=sys.stderr, flush=True)
+            http = [run_child("ours_http.py", str(http_requests), env=env) for _ in range(rounds)]
+            results["http"] = http
+    for peer in peers:
+        measure(peer, "middle")
+    if "ours" in systems:
+        measure("ours", "last")
+        if reconcile_jobs:
+            print(f"  ours reconcile, {reconcile_jobs:,} queued jobs ...", file=sys.stderr, flush=True)
+            results["reconcile"] = run_child("reconcile.py", str(reconcile_jobs), env=env)
+
+    by_system: dict[str, list[dict]] = {}
+    for run in results["runs"]:
+        key = f"ours ({run['position']})" if run["system"] == "ours" else run["system"]
+        by_system.setdefault(key, []).append(run)
+        if run["system"] == "ours":
+            by_system.setdefault("ours", []).append(run)
+    results["medians"] = {system: medians(runs) for system, runs in by_system.items()}
+    if results.get("http"):
+        rates = [run["http_submit"] for run in results["http"] if "http_submit" in run]
+        if rates:
+            results["medians"].setdefault("ours", {})["http_submit"] = statistics.median(rates)
+    if results.get("reconcile", {}).get("reconcile_s") is not None:
+        for key in ("reconcile_s", "reconcile_rss_mib"):
+            results["medians"].setdefault("ours", {})[key] = results["reconcile"][key]
+    results["ratios"] = {
+        peer: {
+            key: results["medians"]["ours"][key] / value
+            for key, value in results["medians"].get(peer, {}).items()
+            if key in results["medians"].get("ours", {}) and value
+        }
+        for peer in peers
+    }
+    results["errors"] = [run for run in results["runs"] if "error" in run]
+    results["seconds"] = time.monotonic() - started
+    out.write_text(json.dumps(results, indent=2))
+    print(render(results, peers))
+    print(f"\nJSON: {out}   ({results['seconds'] / 60:.1f} min)")
+    return 1 if results["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""Failed logins and failed token checks are limited per client, on by default."""
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from rest_framework.authtoken.models import Token
+
+from tests.api.conftest import make_user, run_in_child
+from tests.helpers import database_url
+
+DEFAULT_FAILURES_ALLOWED = 20  # AUTH_FAILURE_RATE's default, 20/hour
+
+
+def _login(client: Client, url: str, password: str) -> bool:
+    """Submit the login form; True when it logged the user in."""
+    client.post(url, {"username": "operator", "password": password})
+    return "_auth_user_id" in client.session
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("url", ["/admin/login/", "/api/auth/login/"])
+def test_a_client_over_the_default_limit_cannot_log_in_even_with_the_right_password(url):
+    User.objects.create_user("operator", password="the-right-password", is_staff=True)
+    client = Client()
+    assert _login(client, url, "the-right-password")  # the form works
+    client.logout()
+    for _ in range(DEFAULT_FAILURES_ALLOWED):
+        assert not _login(client, url, "a-wrong-password")
+    assert not _login(client, url, "the-right-password")
+    # Another client is not affected.
+    assert _login(Client(REMOTE_ADDR="192.0.2.7"), url, "the-right-password")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_wrong_tokens_are_limited_and_answered_with_429():
+    token = Token.objects.create(user=make_user("eve"))
+    result = run_in_child(
+        """
+        import os
+        def get(token, **extra):
+            return client.get("/api/jobs/", HTTP_AUTHORIZATION="Token " + token, **extra)
+        wrong = [get("0" * 40).status_code for _ in range(4)]
+        right = get(os.environ["TEST_TOKEN"])
+        elsewhere = get(os.environ["TEST_TOKEN"], REMOTE_ADDR="192.0.2.7").status_code
+        anonymous = client.get("/api/schema/").status_code
+        print(json.dumps({"wrong": wrong, "right": right.status_code, "code": right.json()["code"],
+                          "retry_after": right.get("Retry-After"), "elsewhere": elsewhere,
+                          "anonymous": anonymous}))
+        """,
+        DATABASE_URL=database_url(),
+        AUTH_FAILURE_RATE="3/minute",
+        TEST_TOKEN=token.key,
+    )
+    assert result["wrong"] == [401, 401, 401, 429]
+    # Over the limit, even the right token is refused unchecked, until the window ends.
+    assert (result["right"], result["code"]) == (429, "throttled")
+    assert 0 < int(result["retry_after"]) <= 60
+    assert result["elsewhere"] == 200
+    assert result["anonymous"] == 200
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_empty_rate_turns_the_limit_off():
+    result = run_in_child(
+        """
+        statuses = {client.get("/api/jobs/", HTTP_AUTHORIZATION="Token " + "0" * 40).status_code
+                    for _ in range(30)}
+        print(json.dumps(sorted(statuses)))
+        """,
+        DATABASE_URL=database_url(),
+        AUTH_FAILURE_RATE="",
+    )
+    assert result == [401]

@@ -1,0 +1,53 @@
+"""Tasks for the django.tasks conformance tests, after Django's ``tests/tasks/tasks.py``."""
+
+from django.tasks import TaskContext, task
+
+
+@task()
+def noop_task(*args, **kwargs) -> None:
+    return None
+
+
+@task()
+def calculate_meaning_of_life() -> int:
+    return 42
+
+
+@task()
+def failing_task_value_error() -> None:
+    raise ValueError("This task failed due to ValueError")
+
+
+@task()
+def complex_exception() -> None:
+    raise ValueError(ValueError("This task failed"))
+
+
+@task()
+def complex_return_value():
+    # A set is not JSON: the attempt fails with TypeError("Unsupported type ...").
+    return {1, 2}
+
+
+@task(takes_context=True)
+def get_task_id(context) -> str:
+    return context.task_result.id
+
+
+@task(takes_context=True)
+def check_context(context, attempt) -> None:
+    assert isinstance(context, TaskContext)
+    assert context.attempt == attempt
+
+
+@task(takes_context=True, max_attempts=2)
+def fails_on_first_attempt(context) -> int:
+    """Succeeds on its second attempt, returning the attempt number it saw."""
+    if context.attempt == 1:
+        raise RuntimeError("first attempt fails")
+    return context.attempt
+
+
+@task(max_attempts=2)
+def always_fails() -> None:
+    raise ValueError("every attempt fails")

@@ -1,0 +1,106 @@
+"""Walks states.TRANSITION_TABLE: every transition, from every status, against real PostgreSQL.
+
+From an allowed source the job reaches the table's target with one log row
+carrying the table's event and level, and an outbox row exactly when the
+table says Redis must change. From any other status nothing changes.
+"""
+
+import contextlib
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from queue_app import services
+from queue_app.engine import execution
+from queue_app.engine.execution import Completion
+from queue_app.exceptions import QueueError
+from queue_app.models import Job, JobLog, OutboxMessage
+from queue_app.states import TRANSITION_TABLE, TRANSITIONS, Status
+
+pytestmark = pytest.mark.django_db
+
+WORKER = "walker"
+
+
+def _complete(job):
+    execution.complete_jobs([Completion(str(job.id), job.fence, {"ok": True})])
+
+
+# How each transition is reached through the engine's own entry points.
+APPLY = {
+    "claim": lambda job: execution.claim_jobs([str(job.id)], worker_id=WORKER),
+    "complete": _complete,
+    "schedule_retry": lambda job: execution.fail_job(str(job.id), job.fence, "boom"),
+    "fail": lambda job: execution.fail_job(str(job.id), job.fence, "boom", retry=False),
+    "hand_back": lambda job: execution.hand_back_job(
+        str(job.id), job.fence, worker_id=WORKER, reason="shutdown"
+    ),
+    "rescue_requeue": lambda job: execution.rescue_expired_leases(),
+    "rescue_fail": lambda job: execution.rescue_expired_leases(),
+    "cancel": lambda job: services.cancel_job(job.id),
+    "retry": lambda job: services.retry_job(job.id),
+}
+
+# The rescue chooses between its two transitions by the attempts left.
+MAX_ATTEMPTS = {"rescue_fail": 1}
+
+
+def _seed(status: str, *, max_attempts: int) -> Job:
+    """A job already in ``status`` at attempt 1 (claimed once: fence 1), its lease (if running)
+    expired a minute ago."""
+    return Job.objects.create(
+        type="demo.echo",
+        status=status,
+        attempts=1,
+        fence=1,
+        max_attempts=max_attempts,
+        worker_id=WORKER if status == Status.PROCESSING else "",
+        lease_expires_at=timezone.now() - timedelta(minutes=1) if status == Status.PROCESSING else None,
+    )
+
+
+def test_every_transition_has_a_walk_and_a_unique_event():
+    assert set(APPLY) == set(TRANSITION_TABLE)
+    assert len(TRANSITIONS) == len(TRANSITION_TABLE)
+
+
+@pytest.mark.parametrize(
+    ("name", "source"),
+    [(name, source) for name, row in TRANSITION_TABLE.items() for source in sorted(row.sources)],
+)
+def test_from_an_allowed_source_the_table_says_what_is_written(name, source):
+    row = TRANSITION_TABLE[name]
+    job = _seed(source, max_attempts=MAX_ATTEMPTS.get(name, 3))
+
+    APPLY[name](job)
+
+    job.refresh_from_db()
+    assert job.status == row.target
+    [log] = JobLog.objects.filter(job_id=job.id)
+    assert (log.event, log.level) == (row.event, row.level)
+    if row.fenced:
+        assert log.extra["attempt"] == 1
+    outbox = list(OutboxMessage.objects.filter(job_id=job.id).values_list("action", "queue"))
+    assert outbox == ([(row.outbox, job.queue)] if row.outbox else [])
+
+
+@pytest.mark.parametrize(
+    ("name", "source"),
+    [
+        (name, status)
+        for name, row in TRANSITION_TABLE.items()
+        for status in Status.values
+        if status not in row.sources
+    ],
+)
+def test_from_any_other_status_nothing_changes(name, source):
+    row = TRANSITION_TABLE[name]
+    job = _seed(source, max_attempts=MAX_ATTEMPTS.get(name, 3))
+
+    with contextlib.suppress(QueueError):
+        APPLY[name](job)
+
+    assert Job.objects.get(id=job.id).status == source
+    assert not JobLog.objects.filter(job_id=job.id, event=row.event).exists()
+    assert not OutboxMessage.objects.filter(job_id=job.id).exists()

@@ -1,0 +1,118 @@
+"""``runrelay --once`` / ``--batch-size`` and ``reconcile_queue --batch-size`` as real commands."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import threading
+
+import pytest
+from django.db import connection
+
+from queue_app import broker
+from queue_app.models import OutboxMessage
+from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
+from tests.helpers import child_env, manage
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
+
+
+def run(*args: str, **env: str) -> subprocess.CompletedProcess:
+    process = manage(*args, env=child_env(**env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout, stderr = process.communicate(timeout=120)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def log_events(stderr: str, name: str) -> list[dict]:
+    events = (json.loads(line) for line in stderr.splitlines() if line.startswith("{"))
+    return [event for event in events if event["event"] == name]
+
+
+def test_relay_once_drains_in_batches_of_the_given_size_and_exits(redis_client):
+    jobs = enqueue_jobs([JobRequest(type="demo.echo") for _ in range(30)])
+    done = run("runrelay", "--once", "--batch-size=7", LOG_LEVEL="DEBUG")
+    assert done.returncode == 0
+    assert done.stdout.strip() == "relay stopped: 30 outbox rows dispatched"
+    assert [e["count"] for e in log_events(done.stderr, "outbox_dispatched")] == [7, 7, 7, 7, 2]
+    assert not OutboxMessage.objects.filter(dispatched_at__isnull=True).exists()
+    ready = redis_client.zrange(broker.priority_key("default"), 0, -1)
+    assert sorted(ready) == sorted(str(job.id) for job in jobs)
+
+
+def test_relay_once_with_nothing_to_send_exits_at_once():
+    done = run("runrelay", "--once")
+    assert done.returncode == 0
+    assert done.stdout.strip() == "relay stopped: 0 outbox rows dispatched"
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ("--batch-size=0", "--batch-size must be at least 1"),
+        ("--batch-size=-5", "--batch-size must be at least 1"),
+        ("--poll=0", "--poll must be greater than 0"),
+        ("--poll=-1", "--poll must be greater than 0"),
+    ],
+)
+def test_relay_rejects_a_bad_option_naming_it(option, message):
+    enqueue_job("demo.echo")
+    done = run("runrelay", "--once", option)
+    assert done.returncode == 1
+    assert f"CommandError: {message}" in done.stderr and "Traceback" not in done.stderr
+    assert OutboxMessage.objects.filter(dispatched_at__isnull=True).count() == 1
+
+
+class Monitor:
+    """Redis MONITOR, keeping the commands sent to one database until a marker is seen."""
+
+    def __init__(self, client, db: int) -> None:
+        self.client, self.db = client, db
+        self.commands: list[str] = []
+        self.marker = "test-monitor-end"
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+        assert self._ready.wait(10)
+
+    def _read(self) -> None:
+        with self.client.monitor() as monitor:
+            self._ready.set()
+            while True:
+                entry = monitor.next_command()
+                if entry["db"] != self.db:
+                    continue
+                if self.marker in entry["command"]:
+                    return
+                self.commands.append(entry["command"])
+
+    def stop(self) -> list[str]:
+        self.client.echo(self.marker)
+        self._thread.join(timeout=30)
+        return self.commands
+
+
+def test_reconcile_batch_size_pages_the_jobs_and_still_repairs_everything(redis_client):
+    jobs = enqueue_jobs([JobRequest(type="demo.echo") for _ in range(10)])
+    with connection.cursor() as cursor:  # relayed long ago, then lost with Redis
+        cursor.execute("UPDATE job_outbox SET dispatched_at = now() - interval '1 hour'")
+    stale = [f"00000000-0000-4000-8000-{n:012d}" for n in range(6)]
+    redis_client.zadd(broker.priority_key("default"), dict.fromkeys(stale, 1))
+    db = redis_client.connection_pool.connection_kwargs["db"]
+    monitor = Monitor(redis_client, db)
+    done = run("reconcile_queue", "--batch-size=4")
+    commands = monitor.stop()
+    assert done.returncode == 0, done.stderr
+    assert re.match(r"^reconcile: restored_ready=10 restored_retry=0 removed_stale=6 ", done.stdout)
+    assert sorted(redis_client.zrange(broker.priority_key("default"), 0, -1)) == sorted(
+        str(job.id) for job in jobs
+    )
+    # Membership is looked up one page of at most 4 jobs at a time.
+    lookups = [c.split() for c in commands if c.startswith("ZMSCORE queue:{default}:priority ")]
+    assert [len(lookup) - 2 for lookup in lookups] == [4, 4, 2]
+
+
+def test_reconcile_rejects_a_batch_size_below_one():
+    done = run("reconcile_queue", "--batch-size=0")
+    assert done.returncode == 1
+    assert "CommandError: --batch-size must be at least 1" in done.stderr

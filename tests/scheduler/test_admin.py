@@ -1,0 +1,58 @@
+"""The admin lists declared schedules with their last and next tick, and pauses and resumes them."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from queue_app.models import ScheduleState
+
+pytestmark = pytest.mark.django_db
+
+CHANGELIST = reverse("admin:queue_app_schedulestate_changelist")
+
+
+@pytest.fixture(autouse=True)
+def declared(settings):
+    settings.JOBQUEUE = {
+        "SCHEDULES": {
+            "nightly": {"type": "demo.echo", "cron": "0 3 * * *", "timezone": "Europe/Paris"},
+            "pulse": {"type": "demo.echo", "cron": "@every 30s"},
+        }
+    }
+
+
+def test_the_list_shows_every_declared_schedule_even_before_a_scheduler_ran(admin_client):
+    response = admin_client.get(CHANGELIST)
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert "nightly" in body and "<code>0 3 * * *</code>" in body and "Europe/Paris" in body
+    assert "pulse" in body and "@every 30s" in body
+    assert ScheduleState.objects.get(name="nightly").next_tick_at is not None
+
+
+def test_pause_and_resume_actions(admin_client):
+    admin_client.get(CHANGELIST)
+
+    def act(action):
+        response = admin_client.post(
+            CHANGELIST, {"action": action, "_selected_action": ["nightly"], "index": "0"}, follow=True
+        )
+        return [str(message) for message in response.context["messages"]]
+
+    assert act("pause_selected") == ["1 schedule(s) paused."]
+    assert ScheduleState.objects.get(name="nightly").paused
+    assert not ScheduleState.objects.get(name="pulse").paused
+    assert act("resume_selected") == ["1 schedule(s) resumed."]
+    assert not ScheduleState.objects.get(name="nightly").paused
+
+
+def test_a_user_without_change_permission_cannot_pause(client, django_user_model):
+    from django.contrib.auth.models import Permission
+
+    viewer = django_user_model.objects.create_user("viewer", password="x", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_schedulestate"))
+    client.force_login(viewer)
+    assert client.get(CHANGELIST).status_code == 200
+    client.post(CHANGELIST, {"action": "pause_selected", "_selected_action": ["nightly"], "index": "0"})
+    assert not ScheduleState.objects.get(name="nightly").paused

@@ -1,0 +1,81 @@
+"""The scheduler against PostgreSQL: one job per tick, the missed-tick policy, pausing."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from queue_app.engine.scheduling import enqueue_schedule_tick
+from queue_app.models import Job, JobLog, OutboxMessage, ScheduleState
+from queue_app.runtime.scheduler import Scheduler, database_now
+from queue_app.schedules import Schedule
+
+pytestmark = pytest.mark.django_db
+
+HOURLY = Schedule(name="hourly", type="demo.echo", cron="@every 1h", payload={"from": "schedule"})
+
+
+def jobs_of(schedule: Schedule) -> list[Job]:
+    return list(Job.objects.filter(idempotency_key__startswith=f"schedule:{schedule.name}:"))
+
+
+def test_a_new_schedule_waits_for_its_first_tick():
+    Scheduler([HOURLY]).run_once()
+    state = ScheduleState.objects.get(name="hourly")
+    assert jobs_of(HOURLY) == []
+    assert state.last_tick_at is None
+    assert state.next_tick_at == HOURLY.next_tick(database_now())
+
+
+def test_a_due_tick_enqueues_one_job_with_its_log_and_outbox_rows():
+    Scheduler([HOURLY]).run_once()
+    now = database_now()
+    ScheduleState.objects.filter(name="hourly").update(created_at=now - timedelta(hours=1))
+    Scheduler([HOURLY]).run_once()
+    (job,) = jobs_of(HOURLY)
+    tick = HOURLY.latest_tick(now)
+    assert job.idempotency_key == f"schedule:hourly:{tick.isoformat()}"
+    assert (job.type, job.payload, job.status) == ("demo.echo", {"from": "schedule"}, "queued")
+    assert JobLog.objects.filter(job=job, event="enqueued").count() == 1
+    assert OutboxMessage.objects.filter(job=job, action="enqueue").count() == 1
+    state = ScheduleState.objects.get(name="hourly")
+    assert (state.last_tick_at, state.last_job_id) == (tick, job.id)
+    # The same tick again: nothing more.
+    Scheduler([HOURLY]).run_once()
+    assert len(jobs_of(HOURLY)) == 1
+
+
+def test_missed_ticks_run_once_for_the_latest_one():
+    Scheduler([HOURLY]).run_once()
+    now = database_now()
+    latest = HOURLY.latest_tick(now)
+    # Every scheduler was down for five ticks.
+    ScheduleState.objects.filter(name="hourly").update(last_tick_at=latest - timedelta(hours=5))
+    Scheduler([HOURLY]).run_once()
+    (job,) = jobs_of(HOURLY)
+    assert job.idempotency_key == HOURLY.idempotency_key(latest)
+
+
+def test_two_schedulers_on_one_tick_enqueue_one_job():
+    Scheduler([HOURLY]).run_once()
+    tick = HOURLY.latest_tick(database_now())
+    ScheduleState.objects.filter(name="hourly").update(last_tick_at=tick - timedelta(hours=1))
+    first = enqueue_schedule_tick(HOURLY, tick, next_tick=tick + timedelta(hours=1))
+    second = enqueue_schedule_tick(HOURLY, tick, next_tick=tick + timedelta(hours=1))
+    assert first is not None and second is None
+    assert jobs_of(HOURLY) == [first]
+
+
+def test_a_paused_schedule_passes_over_its_ticks_and_resumes_without_catching_up():
+    Scheduler([HOURLY]).run_once()
+    now = database_now()
+    latest = HOURLY.latest_tick(now)
+    ScheduleState.objects.filter(name="hourly").update(paused=True, last_tick_at=latest - timedelta(hours=3))
+    Scheduler([HOURLY]).run_once()
+    state = ScheduleState.objects.get(name="hourly")
+    assert jobs_of(HOURLY) == []
+    assert state.last_tick_at == latest and state.last_job_id is None
+    ScheduleState.objects.filter(name="hourly").update(paused=False)
+    Scheduler([HOURLY]).run_once()
+    assert jobs_of(HOURLY) == []

@@ -1,0 +1,80 @@
+"""JOBQUEUE validation: a bad value is the system check queue_app.E001, naming the key.
+
+Checked the way Django's own check-framework tests do (tests/check_framework in
+Django: ``call_command("check")`` raising ``SystemCheckError``), then through real
+commands, which run the checks before they start.
+"""
+
+import subprocess
+
+import pytest
+from django.core import checks
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+
+from tests.helpers import child_env, manage
+
+BAD_VALUES = [
+    ({"LEASE_SECONDS": "soon"}, "JOBQUEUE['LEASE_SECONDS'] must be a number, not 'soon'"),
+    ({"RELAY_BATCH_SIZE": 0}, "JOBQUEUE['RELAY_BATCH_SIZE'] must be greater than 0, not 0"),
+    ({"RETRY_BACKOFF_MAX_SECONDS": -1}, "JOBQUEUE['RETRY_BACKOFF_MAX_SECONDS'] must be greater than 0"),
+    ({"LEASE_SECONDZ": 30}, "JOBQUEUE: unknown key(s) LEASE_SECONDZ"),
+    ({"QUEUES": "default,bulk:lifo"}, "JOBQUEUE['QUEUES']: unknown mode 'lifo' for 'bulk'"),
+    ({"QUEUES": {"no spaces": {}}}, "JOBQUEUE['QUEUES']: invalid queue name 'no spaces'"),
+    (
+        {"LEASE_SECONDS": 10, "HEARTBEAT_SECONDS": 10},
+        "JOBQUEUE['HEARTBEAT_SECONDS'] must be shorter than LEASE_SECONDS",
+    ),
+    (
+        {"LEASE_SECONDS": 10, "HEARTBEAT_SECONDS": 30},
+        "JOBQUEUE['HEARTBEAT_SECONDS'] must be shorter than LEASE_SECONDS",
+    ),
+    # The default lease is 60 s: a heartbeat of 60 s alone is already too long.
+    ({"HEARTBEAT_SECONDS": 60}, "JOBQUEUE['HEARTBEAT_SECONDS'] must be shorter than LEASE_SECONDS"),
+]
+
+
+def queue_errors() -> list[checks.CheckMessage]:
+    return [message for message in checks.run_checks() if message.id.startswith("queue_app.")]
+
+
+@pytest.mark.parametrize(("jobqueue", "message"), BAD_VALUES)
+def test_a_bad_value_is_error_e001_naming_the_key(settings, jobqueue, message):
+    settings.JOBQUEUE = jobqueue
+    (error,) = queue_errors()
+    assert error.id == "queue_app.E001" and error.level == checks.ERROR
+    assert error.msg.startswith(message)
+    with pytest.raises(SystemCheckError, match=r"queue_app\.E001"):
+        call_command("check")
+
+
+def test_a_heartbeat_just_shorter_than_the_lease_is_accepted(settings):
+    settings.JOBQUEUE = {"LEASE_SECONDS": 10, "HEARTBEAT_SECONDS": 9.9}
+    assert queue_errors() == []
+
+
+def test_values_from_the_environment_are_strings_and_coerced(settings):
+    settings.JOBQUEUE = {"LEASE_SECONDS": "30", "HEARTBEAT_SECONDS": "2.5", "QUEUES": "default,bulk:fifo"}
+    assert queue_errors() == []
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize(
+    "command", [("runworker", "--burst"), ("runrelay", "--once"), ("reconcile_queue",), ("runsystem",)]
+)
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("JOBQUEUE_LEASE_SECONDS", "soon", "JOBQUEUE['LEASE_SECONDS'] must be a number, not 'soon'"),
+        ("JOBQUEUE_HEARTBEAT_SECONDS", "60", "JOBQUEUE['HEARTBEAT_SECONDS'] must be shorter than LEASE"),
+    ],
+)
+def test_every_command_stops_at_start_up_with_the_check_error(command, variable, value, message):
+    env = child_env(**{variable: value})
+    process = manage(*command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 1
+    # The system check's report, not a traceback from whatever read the settings first.
+    assert "Traceback" not in stderr
+    assert f"(queue_app.E001) {message}" in stderr
+    assert "Started" not in stdout
