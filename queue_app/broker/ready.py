@@ -6,6 +6,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import redis
+from redis.commands.core import Script
 
 from queue_app.broker.keys import (
     fifo_key,
@@ -107,10 +108,17 @@ return ids
 """
 
 
+_reserve_scripts: dict[int, Script] = {}
+
+
 def reserve(client: redis.Redis, queue: str, fifo: bool, count: int) -> list[str]:
     """Pop up to ``count`` ready ids of one queue into its in-flight set (atomic)."""
-    keys = (ready_key(queue, fifo), inflight_key(queue), inflight_scores_key(queue), wake_key(queue))
-    return list(client.eval(_RESERVE, 4, *keys, count, INFLIGHT_SECONDS, "1" if fifo else "0"))
+    # The hot path: EVALSHA, so the script's text is not sent (and hashed) on every pop.
+    script = _reserve_scripts.get(id(client))
+    if script is None:
+        script = _reserve_scripts[id(client)] = client.register_script(_RESERVE)
+    keys = [ready_key(queue, fifo), inflight_key(queue), inflight_scores_key(queue), wake_key(queue)]
+    return list(script(keys=keys, args=[count, INFLIGHT_SECONDS, "1" if fifo else "0"], client=client))
 
 
 def acknowledge(client: redis.Redis, popped: dict[str, list[str]]) -> None:
