@@ -35,6 +35,8 @@ class QueueSettings:
     RELAY_POLL_SECONDS: float = 2.0
     WORKER_BATCH_SIZE: int = 20
     WORKER_POLL_SECONDS: float = 1.0
+    WORKER_CLAIM_AHEAD_SECONDS: float = 0.05
+    WORKER_RELEASE_AFTER_SECONDS: float = 0.5
     MAX_PAYLOAD_BYTES: int = 256 * 1024
     MAX_PAYLOAD_DEPTH: int = 32
     # Periodic jobs: name -> {"type", "cron", ...}, or that mapping as JSON from the

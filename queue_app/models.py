@@ -22,7 +22,11 @@ class Job(models.Model):
     payload = models.JSONField(default=dict, blank=True)
     priority = models.CharField(max_length=10, choices=Priority.choices, default=Priority.MEDIUM)
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED)
+    # Attempts charged: a hand-back (the job never really ran) takes its claim back.
     attempts = models.PositiveIntegerField(default=0)
+    # The fencing token: +1 on every claim and never lowered, so two holders never
+    # share a value. Writes on behalf of a running attempt are conditional on it.
+    fence = models.PositiveBigIntegerField(default=0, db_default=0)
     max_attempts = models.PositiveIntegerField()
     # When a queued job may next run (retry backoff or scheduled start); NULL = now.
     next_retry_at = models.DateTimeField(null=True, blank=True)

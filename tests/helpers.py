@@ -37,7 +37,7 @@ def run_worker(queues=("default",), worker_id="test-worker") -> Worker:
     thread.start()
     try:
         wait_until(lambda: not OutboxMessage.objects.filter(dispatched_at__isnull=True).exists())
-        worker = Worker(worker_id=worker_id, queues=list(queues), burst=True)
+        worker = Worker(worker_id=worker_id, queues=list(queues), burst=True, with_scheduled=True)
         worker.run()
     finally:
         relay.stopping = True

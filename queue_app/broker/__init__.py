@@ -2,29 +2,55 @@
 
 Per queue, with a hash tag so one queue's keys share a Redis Cluster slot:
 
-    queue:{name}:priority  sorted set of ready ids; score = tier * 2**50 + µs since 2020
-    queue:{name}:fifo      list of ready ids (queues configured as strict FIFO)
-    queue:{name}:retry     sorted set of waiting ids; score = due epoch seconds
+    queue:{name}:priority         sorted set of ready ids; score = tier * 2**50 + µs since 2020
+    queue:{name}:fifo             list of ready ids (queues configured as strict FIFO)
+    queue:{name}:retry            sorted set of waiting ids; score = due epoch seconds
+    queue:{name}:inflight         sorted set of popped, not yet acknowledged ids;
+                                  score = the epoch second they go back to ready
+    queue:{name}:inflight:scores  hash: popped id -> its priority score (to put it back in place)
+    queue:{name}:wake             list of at most one token: pushed when ids arrive, so an
+                                  idle worker blocks on it (BLPOP) instead of polling
+
+A pop (``reserve``) is never the only copy of an id: one script moves the ids
+from the ready structure into the in-flight set with a deadline; the worker
+acknowledges them once its claim has committed. A worker that dies in between
+leaves them there, and the next sweep (``return_expired``, run by any worker
+with its promotion) puts them back where they were.
 
 Redis holds ids only; losing it loses the schedule, never the work.
 
 Modules: ``keys`` (names), ``scores`` (exact float64 scores), ``client`` (one
-client per process), ``ready`` (apply intents, pop, wait, promote, depths),
-``repair`` (the reconciler's look-ups, scans and restores). Callers use the
-names re-exported here: ``broker.apply``, ``broker.priority_key``, ...
+client per process), ``ready`` (apply intents, pop into flight, acknowledge,
+return expired ids, wait, promote, depths), ``repair`` (the reconciler's look-ups,
+scans and restores). Callers use the names re-exported here: ``broker.apply``,
+``broker.priority_key``, ...
 """
 
 from queue_app.broker.client import get_client
 from queue_app.broker.keys import (
     RECONCILE_KEY_TTL_SECONDS,
     fifo_key,
+    inflight_key,
+    inflight_scores_key,
     priority_key,
     ready_key,
     reconcile_members_key,
     reconcile_staging_key,
     retry_key,
+    wake_key,
 )
-from queue_app.broker.ready import Intent, apply, depths, pop_ready, ready_heads, take_due, wait_ready
+from queue_app.broker.ready import (
+    INFLIGHT_SECONDS,
+    Intent,
+    acknowledge,
+    apply,
+    depths,
+    ready_heads,
+    reserve,
+    return_expired,
+    take_due,
+    wait_for_work,
+)
 from queue_app.broker.repair import (
     Lookup,
     contains,
@@ -48,11 +74,13 @@ from queue_app.broker.scores import (
 
 __all__ = [
     "EPOCH",
+    "INFLIGHT_SECONDS",
     "LATEST_EXACT_TIME",
     "RECONCILE_KEY_TTL_SECONDS",
     "TIER_SPAN",
     "Intent",
     "Lookup",
+    "acknowledge",
     "apply",
     "contains",
     "depths",
@@ -60,8 +88,9 @@ __all__ = [
     "due_score",
     "enqueue_order_score",
     "fifo_key",
+    "inflight_key",
+    "inflight_scores_key",
     "get_client",
-    "pop_ready",
     "priority_key",
     "priority_score",
     "prune_list",
@@ -72,10 +101,13 @@ __all__ = [
     "reconcile_members_key",
     "reconcile_staging_key",
     "release_staged",
+    "reserve",
+    "return_expired",
     "restore",
     "retry_key",
     "scan_sorted_set",
     "snapshot_list",
     "take_due",
-    "wait_ready",
+    "wait_for_work",
+    "wake_key",
 ]

@@ -19,6 +19,21 @@ def ready_key(queue: str, fifo: bool) -> str:
     return fifo_key(queue) if fifo else priority_key(queue)
 
 
+def inflight_key(queue: str) -> str:
+    """Popped ids not yet acknowledged; score = the epoch second they go back to ready."""
+    return f"queue:{{{queue}}}:inflight"
+
+
+def inflight_scores_key(queue: str) -> str:
+    """Popped priority ids -> their score, so a sweep puts them back in place."""
+    return f"queue:{{{queue}}}:inflight:scores"
+
+
+def wake_key(queue: str) -> str:
+    """At most one token, pushed when ids arrive: idle workers block on it."""
+    return f"queue:{{{queue}}}:wake"
+
+
 # Temporary keys live at most this long, so a crashed run leaves no lasting garbage.
 RECONCILE_KEY_TTL_SECONDS = 3600
 

@@ -1,4 +1,4 @@
-"""Ready and waiting ids: apply intents, pop, wait, promote due ids, count."""
+"""Ready and waiting ids: apply intents, pop into flight, acknowledge, wait, promote, count."""
 
 from __future__ import annotations
 
@@ -6,8 +6,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import redis
+from redis.commands.core import Script
 
-from queue_app.broker.keys import fifo_key, priority_key, retry_key
+from queue_app.broker.keys import (
+    fifo_key,
+    inflight_key,
+    inflight_scores_key,
+    priority_key,
+    ready_key,
+    retry_key,
+    wake_key,
+)
 from queue_app.broker.scores import TIER_SPAN
 
 
@@ -26,8 +35,10 @@ def apply(client: redis.Redis, intents: Iterable[Intent]) -> None:
     """Apply intents in one pipeline (no MULTI); each is idempotent except FIFO pushes,
     whose duplicates the worker's claim absorbs."""
     pipe = client.pipeline(transaction=False)
+    arrived: set[str] = set()
     for intent in intents:
         if intent.action == "enqueue":
+            arrived.add(intent.queue)
             pipe.zrem(retry_key(intent.queue), intent.job_id)
             if intent.fifo:
                 pipe.rpush(fifo_key(intent.queue), intent.job_id)
@@ -41,7 +52,16 @@ def apply(client: redis.Redis, intents: Iterable[Intent]) -> None:
             pipe.zrem(retry_key(intent.queue), intent.job_id)
         else:
             raise ValueError(f"unknown outbox action {intent.action!r}")
+    for queue in arrived:
+        _wake(pipe, queue)
     pipe.execute()
+
+
+def _wake(pipe, queue: str) -> None:
+    """Leave one token for an idle worker blocked on the queue (more would only
+    wake workers to find nothing; the one woken passes the token on)."""
+    pipe.lpush(wake_key(queue), 1)
+    pipe.ltrim(wake_key(queue), 0, 0)
 
 
 def _remove_ready(pipe, queue: str, job_id: str) -> None:
@@ -49,35 +69,106 @@ def _remove_ready(pipe, queue: str, job_id: str) -> None:
     pipe.lrem(fifo_key(queue), 0, job_id)
 
 
-def pop_ready(client: redis.Redis, queues: Sequence[tuple[str, bool]], count: int) -> list[str]:
-    """Pop up to ``count`` ids without blocking: priority sets first, then FIFO lists."""
-    ids: list[str] = []
-    for queue, fifo in sorted(queues, key=lambda q: q[1]):
-        want = count - len(ids)
-        if want <= 0:
-            break
-        if fifo:
-            ids.extend(client.lpop(fifo_key(queue), want) or [])
-        else:
-            ids.extend(member for member, _ in client.zpopmin(priority_key(queue), want))
-    return ids
+# How long a popped id may wait for its claim to commit and be acknowledged
+# before a sweep puts it back (a duplicate at worst: the claim absorbs it).
+INFLIGHT_SECONDS = 5.0
 
 
-def wait_ready(client: redis.Redis, queues: Sequence[tuple[str, bool]], timeout: float) -> list[str]:
-    """Block up to ``timeout`` for one id (no busy polling)."""
-    zsets = [priority_key(q) for q, fifo in queues if not fifo]
-    lists = [fifo_key(q) for q, fifo in queues if fifo]
-    # Split the wait when a worker serves both kinds; each side still blocks.
-    share = timeout / 2 if zsets and lists else timeout
-    if zsets:
-        popped = client.bzpopmin(zsets, timeout=share)
-        if popped:
-            return [popped[1]]
-    if lists:
-        popped = client.blpop(lists, timeout=share)
-        if popped:
-            return [popped[1]]
-    return []
+# Moves up to ARGV[1] ready ids into the in-flight set, due back at Redis TIME +
+# ARGV[2] seconds; a priority id's score is kept so a sweep can put it back in
+# place. Passes the wake token on when ids remain, so another idle worker starts.
+_RESERVE = """
+local t = redis.call('TIME')
+local deadline = tonumber(t[1]) + tonumber(t[2]) / 1000000 + tonumber(ARGV[2])
+local ids, inflight, scores = {}, {}, {}
+if ARGV[3] == '1' then
+  ids = redis.call('LPOP', KEYS[1], tonumber(ARGV[1])) or {}
+else
+  local popped = redis.call('ZPOPMIN', KEYS[1], tonumber(ARGV[1]))
+  for i = 1, #popped, 2 do
+    table.insert(ids, popped[i])
+    table.insert(scores, popped[i])
+    table.insert(scores, popped[i + 1])
+  end
+end
+if #ids == 0 then return ids end
+for _, id in ipairs(ids) do
+  table.insert(inflight, deadline)
+  table.insert(inflight, id)
+end
+redis.call('ZADD', KEYS[2], unpack(inflight))
+if #scores > 0 then redis.call('HSET', KEYS[3], unpack(scores)) end
+local left
+if ARGV[3] == '1' then left = redis.call('LLEN', KEYS[1]) else left = redis.call('ZCARD', KEYS[1]) end
+if left > 0 then
+  redis.call('LPUSH', KEYS[4], 1)
+  redis.call('LTRIM', KEYS[4], 0, 0)
+end
+return ids
+"""
+
+
+_reserve_scripts: dict[int, Script] = {}
+
+
+def reserve(client: redis.Redis, queue: str, fifo: bool, count: int) -> list[str]:
+    """Pop up to ``count`` ready ids of one queue into its in-flight set (atomic)."""
+    # The hot path: EVALSHA, so the script's text is not sent (and hashed) on every pop.
+    script = _reserve_scripts.get(id(client))
+    if script is None:
+        script = _reserve_scripts[id(client)] = client.register_script(_RESERVE)
+    keys = [ready_key(queue, fifo), inflight_key(queue), inflight_scores_key(queue), wake_key(queue)]
+    return list(script(keys=keys, args=[count, INFLIGHT_SECONDS, "1" if fifo else "0"], client=client))
+
+
+def acknowledge(client: redis.Redis, popped: dict[str, list[str]]) -> None:
+    """Drop acknowledged ids (queue -> ids) from the in-flight sets: their claim committed."""
+    pipe = client.pipeline(transaction=False)
+    for queue, ids in popped.items():
+        if ids:
+            pipe.zrem(inflight_key(queue), *ids)
+            pipe.hdel(inflight_scores_key(queue), *ids)
+    pipe.execute()
+
+
+def wait_for_work(client: redis.Redis, queues: Sequence[str], timeout: float) -> bool:
+    """Block up to ``timeout`` for a wake token of any of ``queues`` (no busy polling)."""
+    return client.blpop([wake_key(queue) for queue in queues], timeout=timeout) is not None
+
+
+# Puts in-flight ids whose deadline passed back where they were popped from: a
+# FIFO id at the head of its list, a priority id with its old score. Only ids
+# this call removed from the in-flight set move, so two sweepers never both do.
+_RETURN_EXPIRED = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+local moved = 0
+for i = #ids, 1, -1 do
+  local id = ids[i]
+  if redis.call('ZREM', KEYS[2], id) == 1 then
+    moved = moved + 1
+    local score = redis.call('HGET', KEYS[3], id)
+    redis.call('HDEL', KEYS[3], id)
+    if ARGV[1] == '1' then
+      redis.call('LPUSH', KEYS[1], id)
+    else
+      redis.call('ZADD', KEYS[1], score or 0, id)
+    end
+  end
+end
+if moved > 0 then
+  redis.call('LPUSH', KEYS[4], 1)
+  redis.call('LTRIM', KEYS[4], 0, 0)
+end
+return moved
+"""
+
+
+def return_expired(client: redis.Redis, queue: str, fifo: bool, limit: int = 1000) -> int:
+    """Put popped ids never acknowledged (their worker died) back in the ready structure."""
+    keys = (ready_key(queue, fifo), inflight_key(queue), inflight_scores_key(queue), wake_key(queue))
+    return client.eval(_RETURN_EXPIRED, 4, *keys, "1" if fifo else "0", limit)
 
 
 # Removes due members and returns only those this call removed, so two

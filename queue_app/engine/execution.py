@@ -1,4 +1,9 @@
-"""Running jobs: the claim, completions, failures and leases, fenced by the attempt number."""
+"""Running jobs: the claim, completions, failures and leases, fenced by ``jobs.fence``.
+
+``fence`` goes up by one on every claim and never down; ``attempts`` counts the
+claims charged to the job (a hand-back takes one back). Every write made for a
+running attempt is conditional on the fence value its claim returned.
+"""
 
 from __future__ import annotations
 
@@ -35,6 +40,7 @@ class ClaimedJob:
     payload: dict[str, Any]
     attempt: int
     max_attempts: int
+    fence: int
 
 
 def claim_jobs(ids: Sequence[str], *, worker_id: str) -> list[ClaimedJob]:
@@ -64,6 +70,7 @@ def claim_jobs(ids: Sequence[str], *, worker_id: str) -> list[ClaimedJob]:
             payload=json.loads(row[3]) if isinstance(row[3], str) else row[3],
             attempt=row[4],
             max_attempts=row[5],
+            fence=row[6],
         )
         for row in rows
     ]
@@ -72,6 +79,12 @@ def claim_jobs(ids: Sequence[str], *, worker_id: str) -> list[ClaimedJob]:
     if len(claimed) < len(set(ids)):
         _log_unclaimed(set(ids) - {job.id for job in claimed})
     return claimed
+
+
+def mark_started(job_id: str, fence: int) -> None:
+    """Set started_at to now for a claimed job that starts later than its claim."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql.query("mark_started"), {"id": job_id, "fence": fence})
 
 
 def _log_unclaimed(ids: set[str]) -> None:
@@ -86,7 +99,7 @@ def _log_unclaimed(ids: set[str]) -> None:
 @dataclass(frozen=True)
 class Completion:
     job_id: str
-    attempt: int
+    fence: int
     result: Any
 
 
@@ -98,12 +111,12 @@ def complete_jobs(completions: Sequence[Completion]) -> set[str]:
     """
     if not completions:
         return set()
-    rows = [{"id": c.job_id, "attempt": c.attempt, "result": c.result} for c in completions]
+    rows = [{"id": c.job_id, "fence": c.fence, "result": c.result} for c in completions]
     with transaction.atomic(savepoint=False):
         with connection.cursor() as cursor:
             cursor.execute(sql.query("complete_jobs"), {"rows": json.dumps(rows), **table_params("complete")})
             done = {str(row[0]) for row in cursor.fetchall()}
-        fenced = [(c.job_id, c.attempt) for c in completions if c.job_id not in done]
+        fenced = [(c.job_id, c.fence) for c in completions if c.job_id not in done]
         if fenced:
             _record_fenced(fenced, COMPLETION_FENCED)
     for job_id in done:
@@ -113,14 +126,14 @@ def complete_jobs(completions: Sequence[Completion]) -> set[str]:
     return done
 
 
-def note_fenced(job_id: str, attempt: int) -> None:
+def note_fenced(job_id: str, fence: int) -> None:
     """Record that an attempt's completion was rejected (after its atomic work rolled back)."""
     with transaction.atomic():
-        _record_fenced([(job_id, attempt)], COMPLETION_FENCED)
+        _record_fenced([(job_id, fence)], COMPLETION_FENCED)
 
 
 def _record_fenced(attempts: Sequence[tuple[str, int]], event: str) -> None:
-    """Log that these (job id, attempt) pairs lost their job before their outcome was written."""
+    """Log that these (job id, fence) pairs lost their job before their outcome was written."""
     job_ids = [job_id for job_id, _ in attempts]
     existing = {str(pk) for pk in Job.objects.filter(id__in=job_ids).values_list("id", flat=True)}
     JobLog.objects.bulk_create(
@@ -129,13 +142,13 @@ def _record_fenced(attempts: Sequence[tuple[str, int]], event: str) -> None:
             level=JobLog.Level.WARNING,
             event=event,
             message="attempt no longer holds the job; nothing written",
-            extra={"attempt": attempt},
+            extra={"fence": fence},
         )
-        for job_id, attempt in attempts
+        for job_id, fence in attempts
         if job_id in existing
     )
-    for job_id, attempt in attempts:
-        log.warning(event, job_id=job_id, attempt=attempt)
+    for job_id, fence in attempts:
+        log.warning(event, job_id=job_id, fence=fence)
 
 
 def retry_delay(attempt: int, *, base: float, cap: float) -> float:
@@ -144,9 +157,7 @@ def retry_delay(attempt: int, *, base: float, cap: float) -> float:
     return random.uniform(delay / 2, delay)
 
 
-def fail_job(
-    job_id: str, attempt: int, error: str, *, retry: bool = True, error_class: str = ""
-) -> str | None:
+def fail_job(job_id: str, fence: int, error: str, *, retry: bool = True, error_class: str = "") -> str | None:
     """Record a failed attempt: back to queued after a backoff, or failed when none are left.
 
     ``error_class`` is the import path of the exception that failed it, if one did.
@@ -158,25 +169,28 @@ def fail_job(
     base = (spec and spec.retry_backoff_base) or settings.RETRY_BACKOFF_BASE_SECONDS
     cap = (spec and spec.retry_backoff_max) or settings.RETRY_BACKOFF_MAX_SECONDS
     settled = {
-        "attempt": attempt,
+        "fence": fence,
         "message": error[:2000],
         "error": error[:10_000],
         "error_class": error_class[:300],
     }
     with transaction.atomic():
+        attempt = selectors.running_attempt(job_id, fence)
         # schedule_retry holds only while attempts are left; otherwise fail does.
         job = None
-        if retry:
+        if retry and attempt is not None:
             job = apply_transition(
                 "schedule_retry", job_id, delay=retry_delay(attempt, base=base, cap=cap), **settled
             )
         if job is None:
             job = apply_transition("fail", job_id, **settled)
         if job is None:
-            _record_fenced([(job_id, attempt)], FAILURE_FENCED)
+            _record_fenced([(job_id, fence)], FAILURE_FENCED)
             return None
     log.info(
-        "job_retry_scheduled" if job.status == Status.QUEUED else "job_failed", job_id=job_id, attempt=attempt
+        "job_retry_scheduled" if job.status == Status.QUEUED else "job_failed",
+        job_id=job_id,
+        attempt=job.attempts,
     )
     return job.status
 
@@ -192,8 +206,8 @@ def _spec_or_none(job_id: str):
 def rescue_expired_leases(limit: int = 1000) -> list[TransitionedJob]:
     """Jobs whose worker stopped heartbeating: the attempt counts as failed.
 
-    The attempt number stays (it is the fencing token), so a paused worker
-    that wakes up later cannot write over the next attempt.
+    The fence stays, so a paused worker that wakes up later cannot write over
+    the next attempt (whose claim raises it).
     """
     requeue, fail = transition("rescue_requeue"), transition("rescue_fail")
     error = "lease expired: the worker stopped heartbeating"
@@ -220,14 +234,15 @@ def rescue_expired_leases(limit: int = 1000) -> list[TransitionedJob]:
 
 
 def extend_leases(held: Sequence[tuple[str, int]], *, worker_id: str) -> set[str]:
-    """Heartbeat: push out the leases this worker still holds; returns the ids still held.
+    """Heartbeat: push out the leases of ``held`` (id, fence) this worker still holds;
+    returns the ids still held.
 
     A lease this attempt no longer holds is not extended, and a 'heartbeat_fenced'
     row says so.
     """
     if not held:
         return set()
-    rows = [{"id": job_id, "attempt": attempt} for job_id, attempt in held]
+    rows = [{"id": job_id, "fence": fence} for job_id, fence in held]
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             sql.query("extend_leases"),
@@ -239,20 +254,22 @@ def extend_leases(held: Sequence[tuple[str, int]], *, worker_id: str) -> set[str
             },
         )
         still_held = {str(row[0]) for row in cursor.fetchall()}
-        lost = [(job_id, attempt) for job_id, attempt in held if job_id not in still_held]
+        lost = [(job_id, fence) for job_id, fence in held if job_id not in still_held]
         if lost:
             _record_fenced(lost, HEARTBEAT_FENCED)
     return still_held
 
 
-def hand_back_job(job_id: str, attempt: int, *, worker_id: str, reason: str) -> bool:
+def hand_back_job(job_id: str, fence: int, *, worker_id: str, reason: str) -> bool:
     """Return a running job to the queue unrun (clean shutdown): the attempt is not counted.
 
     Safe because the caller is the process that ran the attempt and has
     stopped it; the fence makes it a no-op if the job moved on meanwhile.
+    ``attempts`` goes back down, ``fence`` does not: the next claim gets a
+    token no earlier holder ever had.
     """
-    if apply_transition("hand_back", job_id, attempt=attempt, worker=worker_id, message=reason) is None:
-        log.info("hand_back_skipped", job_id=job_id, attempt=attempt)
+    if apply_transition("hand_back", job_id, fence=fence, worker=worker_id, message=reason) is None:
+        log.info("hand_back_skipped", job_id=job_id, fence=fence)
         return False
-    log.info("job_handed_back", job_id=job_id, attempt=attempt, reason=reason)
+    log.info("job_handed_back", job_id=job_id, fence=fence, reason=reason)
     return True

@@ -6,6 +6,8 @@ import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
+from django.db.models import Q
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from queue_app.ids import parse_job_id
@@ -47,7 +49,25 @@ def has_queued(queues: Sequence[str]) -> bool:
     return Job.objects.filter(queue__in=list(queues), status=Status.QUEUED).exists()
 
 
+def has_due(queues: Sequence[str]) -> bool:
+    """Whether any job of these queues is waiting and may run now (not scheduled later)."""
+    return (
+        Job.objects.filter(queue__in=list(queues), status=Status.QUEUED)
+        .filter(Q(next_retry_at__isnull=True) | Q(next_retry_at__lte=Now()))
+        .exists()
+    )
+
+
+def running_attempt(job_id: str, fence: int) -> int | None:
+    """The attempt number of the running job ``job_id`` if ``fence`` still holds it."""
+    return (
+        Job.objects.filter(id=job_id, status=Status.PROCESSING, fence=fence)
+        .values_list("attempts", flat=True)
+        .first()
+    )
+
+
 def held_by(worker_id: str) -> list[tuple[str, int]]:
-    """(id, attempt) of the jobs a worker identity holds."""
-    rows = Job.objects.filter(status=Status.PROCESSING, worker_id=worker_id).values_list("id", "attempts")
-    return [(str(pk), attempts) for pk, attempts in rows]
+    """(id, fence) of the jobs a worker identity holds."""
+    rows = Job.objects.filter(status=Status.PROCESSING, worker_id=worker_id).values_list("id", "fence")
+    return [(str(pk), fence) for pk, fence in rows]

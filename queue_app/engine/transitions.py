@@ -52,17 +52,17 @@ def table_params(name: str) -> dict[str, object]:
 
 
 def apply_transition(
-    name: str, job_id, *, message: str = "", attempt: int | None = None, **params
+    name: str, job_id, *, message: str = "", fence: int | None = None, **params
 ) -> TransitionedJob | None:
     """Apply transition ``name`` to one job; None (nothing written) when its condition does not hold.
 
     The condition is the transition's allowed source statuses and, for a
-    running job's transition, the attempt number as a fencing token.
+    running job's transition, the holder's ``fence`` (the fencing token).
     """
     row = transition(name)
-    if row.fenced and attempt is None:
-        raise ValueError(f"transition {name!r} is fenced: pass the attempt number")
-    values = {"id": str(job_id), "sources": sorted(row.sources), "target": row.target, "attempt": attempt}
+    if row.fenced and fence is None:
+        raise ValueError(f"transition {name!r} is fenced: pass the fence")
+    values = {"id": str(job_id), "sources": sorted(row.sources), "target": row.target, "fence": fence}
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute(sql.query(name), {**values, **params})
@@ -70,23 +70,25 @@ def apply_transition(
         if found is None:
             return None
         job = TransitionedJob(str(found[0]), *found[1:])
-        record_transitions(row, [job], message=message, attempt=attempt)
+        record_transitions(row, [job], message=message, fence=fence)
     return job
 
 
 def record_transitions(
-    row: Transition, jobs: Sequence[TransitionedJob], *, message: str, attempt: int | None = None
+    row: Transition, jobs: Sequence[TransitionedJob], *, message: str, fence: int | None = None
 ) -> None:
     """The log rows (and outbox rows, where Redis must change) of jobs that just made transition ``row``.
 
     Runs inside the transaction of the UPDATE that moved them. A fenced
-    transition's log row records the attempt (``attempt``, else the row's).
+    transition's log row records the job's attempts and the holder's ``fence``.
     """
     logs, outbox = [], []
     for job in jobs:
         extra: dict[str, object] = {}
         if row.fenced:
-            extra["attempt"] = job.attempts if attempt is None else attempt
+            extra["attempt"] = job.attempts
+            if fence is not None:
+                extra["fence"] = fence
         if row.outbox == OutboxMessage.Action.SCHEDULE:
             extra["next_retry_at"] = job.next_retry_at.isoformat()
         logs.append(JobLog(job_id=job.id, level=row.level, event=row.event, message=message, extra=extra))

@@ -294,9 +294,12 @@ class Reconciler:
             if job.queue not in self.queues:
                 self._skip(SKIPPED_UNKNOWN_QUEUE, job_id=job.id, queue=job.queue, level="warning")
         due = [job for job in known if job.due]
+        # Popped but not yet claimed counts as present: the in-flight set gives the id
+        # back to its ready structure when its deadline passes.
         lookups = [
-            broker.Lookup(broker.retry_key(queue), [j.id for j in known if j.queue == queue])
+            broker.Lookup(key(queue), [j.id for j in known if j.queue == queue])
             for queue in self.queues
+            for key in (broker.retry_key, broker.inflight_key)
         ]
         for queue, fifo in self.queues.items():
             ids = [j.id for j in due if j.queue == queue]

@@ -1,14 +1,20 @@
 """Runs N worker processes, enforces hard time limits, and shuts them down cleanly.
 
 Each child reports over a pipe which job it runs, until when, and which jobs
-it holds. A child still inside a handler past its hard deadline (the soft
-limit plus a grace, e.g. C code that never returns to Python) is SIGKILLed:
-its job is failed as a timeout, its other held jobs are handed back, and a
-new child with the same identity takes its place.
+it holds (a ``ChildReport``). A child still inside a handler past its hard
+deadline (the soft limit plus a grace, e.g. C code that never returns to
+Python) is SIGKILLed: its job is failed as a timeout, its other held jobs are
+handed back, and a new child with the same identity takes its place.
+
+A child that dies by itself while running a job (``os._exit``, a segfault,
+the OOM killer's SIGKILL) has that attempt counted as failed, with the cause
+in ``last_error``: the job retries or, out of attempts, fails. Handing it back
+uncounted would let a job that kills its process be claimed forever.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import multiprocessing
 import os
@@ -24,10 +30,14 @@ from django.db import connections
 from queue_app.conf import queue_settings
 from queue_app.engine import execution
 from queue_app.runtime.outages import OutageGuard
+from queue_app.runtime.worker import ChildReport
+from queue_app.runtime.worker_name import WorkerNameInUse, WorkerNameLock
 
 log = structlog.get_logger("queue_app.supervisor")
 
 RESTART_BACKOFF_SECONDS = 1.0
+# How often the supervisor checks that the session holding its name's lock is alive.
+NAME_CHECK_SECONDS = 5.0
 PR_SET_PDEATHSIG = 1
 
 
@@ -56,25 +66,54 @@ def _die_with_parent() -> None:
         pass  # elsewhere the worker notices the new parent pid on its next round
 
 
-def _child_main(worker_id: str, queues: list[str], burst: bool, pipe: Connection) -> None:
+def _child_main(
+    worker_id: str,
+    queues: list[str],
+    burst: bool,
+    with_scheduled: bool,
+    pipe: Connection,
+    name_lock_fd: int | None,
+) -> None:
     from queue_app.runtime.worker import Worker
 
     _die_with_parent()
+    if name_lock_fd is not None:
+        # The name lock's session must end when the supervisor dies, not when the
+        # last child (still finishing its job) lets go of an inherited socket.
+        # Closing the descriptor sends nothing: the parent's session stays open.
+        os.close(name_lock_fd)
 
     # Ctrl-C reaches the whole process group; the child treats it like SIGTERM.
-    Worker(worker_id=worker_id, queues=queues, burst=burst, report=pipe).run()
+    Worker(
+        worker_id=worker_id,
+        queues=queues,
+        burst=burst,
+        with_scheduled=with_scheduled,
+        supervisor_pipe=pipe,
+    ).run()
     connections.close_all()
 
 
 class Supervisor:
-    def __init__(self, *, name: str, queues: list[str], concurrency: int, burst: bool) -> None:
+    def __init__(
+        self,
+        *,
+        name: str,
+        queues: list[str],
+        concurrency: int,
+        burst: bool,
+        with_scheduled: bool = False,
+    ) -> None:
         self.name = name
         self.queues = queues
         self.burst = burst
+        self.with_scheduled = with_scheduled
         self.children = [Child(index=i, worker_id=f"{name}/{i}") for i in range(concurrency)]
         self.stopping = False
         self.stop_deadline: float | None = None
         self._context = multiprocessing.get_context("fork")
+        self._name_lock = WorkerNameLock(name)
+        self._name_checked = 0.0
 
     def _on_stop(self, signum, frame) -> None:
         if self.stopping:
@@ -97,7 +136,14 @@ class Supervisor:
         parent_end, child_end = self._context.Pipe(duplex=False)
         child.process = self._context.Process(
             target=_child_main,
-            args=(child.worker_id, self.queues, self.burst, child_end),
+            args=(
+                child.worker_id,
+                self.queues,
+                self.burst,
+                self.with_scheduled,
+                child_end,
+                self._name_lock.fileno(),
+            ),
             name=f"worker {child.worker_id}",
         )
         child.process.start()
@@ -106,7 +152,38 @@ class Supervisor:
         child.current, child.hard_deadline, child.held = None, None, {}
         log.info("worker_process_started", worker=child.worker_id, pid=child.process.pid)
 
+    def _take_name(self) -> None:
+        """Hold this worker name's lock; raises WorkerNameInUse if another worker has it."""
+        guard = OutageGuard(f"supervisor {self.name}")
+        while True:
+            try:
+                self._name_lock.acquire()
+                self._name_checked = time.monotonic()
+                return
+            except guard.errors as exc:
+                guard.failed(exc)
+
+    def _keep_name(self) -> None:
+        """After a PostgreSQL restart the lock's session is gone: take the lock again.
+        If another worker took the name meanwhile, this one stops (its jobs go back)."""
+        if time.monotonic() - self._name_checked < NAME_CHECK_SECONDS:
+            return
+        self._name_checked = time.monotonic()
+        if self._name_lock.still_held():
+            return
+        try:
+            self._name_lock.acquire()
+            log.info("worker_name_lock_taken_again", name=self.name)
+        except WorkerNameInUse:
+            log.error("worker_name_in_use", name=self.name, action="stopping")
+            self._on_stop(signal.SIGTERM, None)
+        except OutageGuard.errors as exc:
+            log.warning("worker_name_lock_unavailable", name=self.name, error=str(exc)[:300])
+
     def run(self) -> int:
+        """Run until stopped (or, in burst mode, until every child is done). Raises
+        WorkerNameInUse, before starting anything, if the name is taken."""
+        self._take_name()
         previous = {s: signal.signal(s, self._on_stop) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
             for child in self.children:
@@ -118,12 +195,14 @@ class Supervisor:
                 self._read_reports(timeout=0.2)
                 self._enforce_hard_limits()
                 self._reap()
+                self._keep_name()
                 if self.stopping and self.stop_deadline and time.monotonic() > self.stop_deadline:
                     for child in alive:
                         self._kill(child, "shutdown grace period ended")
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+            self._name_lock.release()
         log.info("supervisor_stopped", name=self.name)
         return 0
 
@@ -135,43 +214,59 @@ class Supervisor:
             if child is None:
                 continue
             try:
-                while child.pipe.poll():
-                    job_id, attempt, hard_deadline, held = child.pipe.recv()
-                    child.current = (job_id, attempt) if job_id else None
-                    child.hard_deadline = hard_deadline
-                    if held is not None:
-                        child.held = held
+                self._drain_reports(child)
             except (EOFError, OSError):
                 child.pipe.close()
                 child.pipe = None
+
+    @staticmethod
+    def _drain_reports(child: Child) -> None:
+        while child.pipe is not None and child.pipe.poll():
+            report: ChildReport = child.pipe.recv()
+            child.current = (report.job_id, report.fence) if report.job_id else None
+            child.hard_deadline = report.hard_deadline
+            if report.held is not None:
+                child.held = report.held
 
     def _enforce_hard_limits(self) -> None:
         now = time.monotonic()
         for child in self.children:
             alive = child.process is not None and child.process.is_alive()
             if alive and child.current and child.hard_deadline and now > child.hard_deadline:
-                self._kill(child, "hard time limit exceeded")
+                self._kill(
+                    child,
+                    "hard time limit exceeded",
+                    current_error="JobTimeLimitExceeded: hard time limit exceeded; process killed",
+                )
 
-    def _kill(self, child: Child, reason: str) -> None:
-        """SIGKILL a child and settle what it held, so nothing waits for a lease to expire."""
+    def _kill(self, child: Child, reason: str, *, current_error: str | None = None) -> None:
+        """SIGKILL a child and settle what it held, so nothing waits for a lease to expire.
+
+        The running job fails with ``current_error`` (its attempt counts), or is handed
+        back uncounted when there is none (the supervisor chose to stop it)."""
         log.warning("worker_process_killed", worker=child.worker_id, reason=reason, job=child.current)
         os.kill(child.process.pid, signal.SIGKILL)
         child.process.join()
-        self._read_reports(timeout=0)
+        self._settle_child_jobs(child, reason=reason, current_error=current_error)
+
+    def _settle_child_jobs(self, child: Child, *, reason: str, current_error: str | None) -> None:
+        """Settle the jobs a dead child held: the running one failed with ``current_error``
+        (or handed back when None), the claimed-but-unstarted ones handed back."""
+        with contextlib.suppress(EOFError, OSError):
+            self._drain_reports(child)  # its last words: which job it was running
         current, held = child.current, dict(child.held)
         guard = OutageGuard("supervisor")
         for _ in range(5):
             try:
                 if current is not None:
-                    job_id, attempt = current
+                    job_id, fence = current
                     held.pop(job_id, None)
-                    timed_out = reason == "hard time limit exceeded"
-                    if timed_out:
-                        execution.fail_job(job_id, attempt, f"JobTimeLimitExceeded: {reason}; process killed")
+                    if current_error is not None:
+                        execution.fail_job(job_id, fence, current_error)
                     else:
-                        execution.hand_back_job(job_id, attempt, worker_id=child.worker_id, reason=reason)
-                for job_id, attempt in held.items():
-                    execution.hand_back_job(job_id, attempt, worker_id=child.worker_id, reason=reason)
+                        execution.hand_back_job(job_id, fence, worker_id=child.worker_id, reason=reason)
+                for job_id, fence in held.items():
+                    execution.hand_back_job(job_id, fence, worker_id=child.worker_id, reason=reason)
                 break
             except guard.errors as exc:
                 connections.close_all()
@@ -183,15 +278,34 @@ class Supervisor:
     def _reap(self) -> None:
         for child in self.children:
             process = child.process
-            if process is None or process.is_alive():
+            if process is None or process.is_alive() or child.exited_cleanly:
                 continue
             if process.exitcode == 0 and (self.burst or self.stopping):
                 child.exited_cleanly = True
                 continue
+            if process.exitcode != 0:
+                log.warning("worker_process_exited", worker=child.worker_id, exitcode=process.exitcode)
+                cause = _death_cause(process.exitcode)
+                self._settle_child_jobs(
+                    child,
+                    reason=f"worker process {cause}",
+                    current_error=f"WorkerProcessDied: the worker process {cause} while running this job",
+                )
+            if child.pipe is not None:
+                child.pipe.close()
+                child.pipe = None
             if self.stopping:
+                child.process = None  # settled; nothing more to do for it
                 continue
-            if child.exited_cleanly:
-                continue
-            log.warning("worker_process_exited", worker=child.worker_id, exitcode=process.exitcode)
             time.sleep(RESTART_BACKOFF_SECONDS)
             self._start(child)
+
+
+def _death_cause(exitcode: int | None) -> str:
+    """How a process ended, for a job's last_error."""
+    if exitcode is not None and exitcode < 0:
+        name = signal.Signals(-exitcode).name
+        if -exitcode == signal.SIGKILL:
+            return f"was killed by {name} (the out-of-memory killer, or an operator)"
+        return f"was killed by {name}"
+    return f"exited with code {exitcode}"

@@ -17,8 +17,11 @@ import threading
 import time
 import traceback
 from collections.abc import Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from typing import Any
 
+import redis
 import structlog
 from django.db import DatabaseError, connection, transaction
 
@@ -30,16 +33,35 @@ from queue_app.exceptions import JobTimeLimitExceeded, LeaseLost, QueueError, Wo
 from queue_app.handlers import HandlerSpec, _current_job, get_handler
 from queue_app.payloads import check_json
 from queue_app.runtime.outages import OutageGuard
+from queue_app.runtime.relay import fault_point_handler
 from queue_app.states import PRIORITY_TIER
 
 log = structlog.get_logger("queue_app.worker")
 
 PROMOTE_EVERY_SECONDS = 0.5
+# A job started later than this after its claim committed gets started_at set again at
+# its start (twice the default claim-ahead, so a batch sized by it rarely needs a write).
+START_SLACK_SECONDS = 0.1
+# How often the heartbeat thread looks for a batch to release (WORKER_RELEASE_AFTER_SECONDS).
+RELEASE_CHECK_SECONDS = 0.1
 MAX_RESULT_BYTES = 10 * 1024 * 1024
 
 
 class _Fenced(Exception):
     """Rolls back an atomic handler whose completion the fence rejected."""
+
+
+@dataclass(frozen=True)
+class ChildReport:
+    """What a worker process tells its supervisor: the job it runs (if any), the
+    monotonic time past which the supervisor kills it, and, after a claim, every
+    job it holds (id -> fence). A stale ``held`` is harmless: settling a job
+    that moved on is a fenced no-op."""
+
+    job_id: str | None
+    fence: int | None
+    hard_deadline: float | None
+    held: dict[str, int] | None = None
 
 
 class Worker:
@@ -49,26 +71,38 @@ class Worker:
         worker_id: str,
         queues: Sequence[str],
         burst: bool = False,
-        report=None,
+        with_scheduled: bool = False,
+        supervisor_pipe: Connection | None = None,
     ) -> None:
         settings = queue_settings()
         self.worker_id = worker_id
         self.queues = list(queues)
-        self.modes = [(queue, settings.QUEUES[queue]) for queue in self.queues]
+        # (queue, is strict FIFO) pairs: which Redis structure each served queue uses.
+        self.queue_layouts = [(queue, settings.QUEUES[queue]) for queue in self.queues]
         self.burst = burst
-        self.report = report  # pipe to the supervisor, or None
+        self.with_scheduled = with_scheduled
+        self.supervisor_pipe = supervisor_pipe
         self.batch_size = settings.WORKER_BATCH_SIZE
         self.poll_seconds = settings.WORKER_POLL_SECONDS
+        self.claim_ahead_seconds = settings.WORKER_CLAIM_AHEAD_SECONDS
+        self.release_after_seconds = settings.WORKER_RELEASE_AFTER_SECONDS
         self.heartbeat_seconds = settings.HEARTBEAT_SECONDS
         # When this process last knew (from a claim or a check) that its unstarted jobs' leases held.
         self._leases_confirmed_at = 0.0
         self.stopping = False
-        # Claimed and not yet settled: id -> attempt (read by the heartbeat thread).
+        # Claimed and not yet settled: id -> fence (read by the heartbeat thread).
         self.held: dict[str, int] = {}
         self.lost: set[str] = set()
         self.completions: list[Completion] = []
-        # Claimed in the current batch and not started yet.
+        # Claimed in the current batch and not started yet (the heartbeat thread may
+        # release them while a handler runs: both threads take them under the lock).
         self.unstarted: list[ClaimedJob] = []
+        self._batch_lock = threading.Lock()
+        self._claimed_at = 0.0
+        # Smoothed seconds per job in this process: sizes the next claim.
+        self._seconds_per_job: float | None = None
+        self._next_queue = 0
+        self._fault = fault_point_handler()
         self.current: ClaimedJob | None = None
         self.soft_deadline: float | None = None
         self.shutdown_deadline: float | None = None
@@ -121,10 +155,10 @@ class Worker:
         if self.current is not None and self.soft_deadline is not None and self.current.id in self.lost:
             raise LeaseLost(f"job {self.current.id} was cancelled or rescued while running")
 
-    def _report_state(self, *, with_held: bool = False) -> None:
+    def _tell_supervisor(self, *, with_held: bool = False) -> None:
         """Tell the supervisor what runs until when; the held set only after a claim
         (a stale set is harmless: handing back a settled job is a fenced no-op)."""
-        if self.report is None:
+        if self.supervisor_pipe is None:
             return
         current = self.current
         hard_deadline = (
@@ -133,12 +167,12 @@ class Worker:
             else None
         )
         try:
-            self.report.send(
-                (
-                    current.id if current else None,
-                    current.attempt if current else None,
-                    hard_deadline,
-                    dict(self.held) if with_held else None,
+            self.supervisor_pipe.send(
+                ChildReport(
+                    job_id=current.id if current else None,
+                    fence=current.fence if current else None,
+                    hard_deadline=hard_deadline,
+                    held=dict(self.held) if with_held else None,
                 )
             )
         except (OSError, ValueError):
@@ -176,29 +210,62 @@ class Worker:
             log.info("worker_stopped", worker=self.worker_id, processed=self.processed)
 
     def _step(self) -> bool:
-        """One round: flush, promote, pop, claim, run. False when a burst worker is done."""
-        if self.report is not None and os.getppid() != self._parent_pid:
+        """One round: upkeep, pop, claim, run. False when a burst worker is done."""
+        if self.supervisor_pipe is not None and os.getppid() != self._parent_pid:
             log.warning("supervisor_gone", worker=self.worker_id)
             return False  # orphaned: stop cleanly rather than run unsupervised
         if self.unstarted:
             # The rest of a batch a store error interrupted: back to the queue, not counted.
             self._hand_back_unstarted("not started: a store error interrupted its batch")
         client = broker.get_client()
-        self._promote_due(client)
-        ids = broker.pop_ready(client, self.modes, self.batch_size)
-        if not ids:
+        self._upkeep(client)
+        popped = self._reserve(client)
+        if not popped:
             self._flush_completions()
-            if self.burst and not self.held and not selectors.has_queued(self.queues):
+            if self.burst and not self.held and not self._work_left():
                 return False
-            ids = broker.wait_ready(client, self.modes, self.poll_seconds)
-            if not ids:
-                return True
-        # A crash (or outage) from here until the claim commits loses these ids from
-        # Redis only; the jobs are still queued in PostgreSQL and the reconciler re-adds them.
-        self._process(ids)
+            broker.wait_for_work(client, self.queues, self.poll_seconds)
+            return True
+        # A crash from here until the claim commits leaves the ids in the in-flight
+        # sets; the next sweep (any worker's upkeep) puts them back within seconds.
+        if self._fault is not None:
+            self._fault("worker.after_pop")
+        self._process(client, popped)
         return True
 
-    def _process(self, ids: list[str]) -> None:
+    def _work_left(self) -> bool:
+        """For a burst worker: a queued job that is due (or, with_scheduled, any queued job)."""
+        if self.with_scheduled:
+            return selectors.has_queued(self.queues)
+        return selectors.has_due(self.queues)
+
+    def _claim_size(self) -> int:
+        """How many jobs to claim at once: as many as recent durations say will start
+        within WORKER_CLAIM_AHEAD_SECONDS (one while nothing has run yet), at most the batch
+        size. A claimed job is one no other worker can run."""
+        if self._seconds_per_job is None:
+            return 1
+        fit = int(self.claim_ahead_seconds / max(self._seconds_per_job, 1e-6))
+        return max(1, min(self.batch_size, fit))
+
+    def _reserve(self, client) -> dict[str, list[str]]:
+        """Pop ids into the in-flight sets, queue by queue in round-robin order: each round
+        starts at the next queue, so a flooded queue cannot starve the others."""
+        want = self._claim_size()
+        start = self._next_queue
+        self._next_queue = (start + 1) % len(self.queue_layouts)
+        popped: dict[str, list[str]] = {}
+        for queue, fifo in self.queue_layouts[start:] + self.queue_layouts[:start]:
+            ids = broker.reserve(client, queue, fifo, want)
+            if ids:
+                popped[queue] = ids
+                want -= len(ids)
+                if want <= 0:
+                    break
+        return popped
+
+    def _process(self, client, popped: dict[str, list[str]]) -> None:
+        ids = [job_id for queue_ids in popped.values() for job_id in queue_ids]
         # Taken before the claim: the new leases run at least LEASE_SECONDS from here.
         claim_started = time.monotonic()
         # The previous batch's completions and this claim share one commit.
@@ -206,24 +273,33 @@ class Worker:
             written = self._write_completions()
             claimed = execution.claim_jobs(ids, worker_id=self.worker_id)
         self._leases_confirmed_at = claim_started
+        self._claimed_at = claim_committed = time.monotonic()
         self._forget(written)
+        try:
+            broker.acknowledge(client, popped)
+        except redis.RedisError as exc:
+            # Unacknowledged ids return to ready at their deadline: duplicates the claim drops.
+            log.warning("pop_not_acknowledged", worker=self.worker_id, error=str(exc)[:300])
         for job in claimed:
-            self.held[job.id] = job.attempt
-        self.unstarted = list(claimed)
+            self.held[job.id] = job.fence
+        with self._batch_lock:
+            self.unstarted = list(claimed)
         unclaimed = set(ids) - {job.id for job in claimed}
         if unclaimed:
             self._put_back_not_due(unclaimed)
-        self._report_state(with_held=True)
-        while self.unstarted:
-            if self.stopping:
-                self._hand_back_unstarted("worker stopping before the job started")
-                break
-            job = self.unstarted[0]
+        self._tell_supervisor(with_held=True)
+        while True:
+            with self._batch_lock:
+                if not self.unstarted:
+                    break
+                if self.stopping:
+                    self._hand_back_unstarted("worker stopping before the job started")
+                    break
+                job = self.unstarted.pop(0)
             if not self._still_holds(job):
                 continue
-            self.unstarted.pop(0)
             try:
-                self.run_job(job)
+                self.run_job(job, late=time.monotonic() - claim_committed > START_SLACK_SECONDS)
             except OutageGuard.errors:
                 # Settling this job failed (a store is unreachable). Stop vouching for it: its
                 # lease runs out and the reconciler counts the attempt as failed. Kept in held,
@@ -245,15 +321,18 @@ class Worker:
         if fresh and job.id not in self.lost:
             return True
         asked = time.monotonic()
+        with self._batch_lock:
+            pending = [job, *self.unstarted]
         still_held = execution.extend_leases(
-            [(pending.id, pending.attempt) for pending in self.unstarted], worker_id=self.worker_id
+            [(item.id, item.fence) for item in pending], worker_id=self.worker_id
         )
         self._leases_confirmed_at = asked
-        for pending in self.unstarted:
-            if pending.id not in still_held:
-                log.warning("job_lease_lost_before_start", job_id=pending.id, attempt=pending.attempt)
-                self.held.pop(pending.id, None)
-        self.unstarted = [pending for pending in self.unstarted if pending.id in still_held]
+        for item in pending:
+            if item.id not in still_held:
+                log.warning("job_lease_lost_before_start", job_id=item.id, fence=item.fence)
+                self.held.pop(item.id, None)
+        with self._batch_lock:
+            self.unstarted = [item for item in self.unstarted if item.id in still_held]
         return job.id in still_held
 
     def _hand_back_unstarted(self, reason: str) -> None:
@@ -262,6 +341,32 @@ class Worker:
         while self.unstarted:
             self._hand_back(self.unstarted[0], reason)
             self.unstarted.pop(0)
+
+    def release_batch(self) -> None:
+        """Called by the heartbeat thread while a handler runs: once a claim is
+        WORKER_RELEASE_AFTER_SECONDS old, the jobs of it not started yet go back to the
+        queue (uncounted), so an idle worker runs them instead of them waiting behind a
+        slow job, and the completions batched so far are written, so finished jobs do not
+        show as processing for as long as the slow one runs."""
+        if time.monotonic() - self._claimed_at < self.release_after_seconds:
+            return
+        with self._batch_lock:
+            # current is None between jobs: the main thread is settling or claiming.
+            if self.current is None or not (self.unstarted or self.completions):
+                return
+            released, self.unstarted = self.unstarted, []
+            finished, self.completions = self.completions, []
+        try:
+            with transaction.atomic():
+                execution.complete_jobs(finished)
+        except BaseException:
+            with self._batch_lock:
+                self.completions = finished + self.completions  # written by the main thread later
+            raise
+        for completion in finished:
+            self.held.pop(completion.job_id, None)
+        for job in released:
+            self._hand_back(job, "released: the job claimed before it is still running")
 
     def _put_back_not_due(self, ids: set[str]) -> None:
         """Ids promoted a little early (clocks differ) go back to the retry set."""
@@ -275,13 +380,17 @@ class Worker:
                 ),
             )
 
-    def _promote_due(self, client) -> None:
-        """Move due ids from retry sets to ready structures (tiers looked up in PostgreSQL)."""
+    def _upkeep(self, client) -> None:
+        """Every PROMOTE_EVERY_SECONDS: move due ids from retry sets to ready structures
+        (tiers looked up in PostgreSQL), and put back popped ids nobody acknowledged."""
         if time.monotonic() - self._last_promote < PROMOTE_EVERY_SECONDS:
             return
         self._last_promote = time.monotonic()
-        fifo = dict(self.modes)
-        for queue in self.queues:
+        fifo_by_queue = dict(self.queue_layouts)
+        for queue, fifo in self.queue_layouts:
+            returned = broker.return_expired(client, queue, fifo)
+            if returned:
+                log.warning("popped_ids_returned", queue=queue, count=returned)
             taken = broker.take_due(client, queue)
             if not taken:
                 continue
@@ -295,7 +404,7 @@ class Worker:
                         "enqueue",
                         job_id,
                         job_queue,
-                        fifo.get(job_queue, False),
+                        fifo_by_queue.get(job_queue, False),
                         broker.priority_score(PRIORITY_TIER[priority], enqueued_at),
                     )
                     for job_id, job_queue, priority, enqueued_at, _ in rows
@@ -305,18 +414,22 @@ class Worker:
 
     # --- running one job --------------------------------------------------------
 
-    def run_job(self, job: ClaimedJob) -> None:
+    def run_job(self, job: ClaimedJob, *, late: bool = False) -> None:
+        """Run one claimed job and settle it. ``late``: it starts noticeably after its
+        claim (which set started_at), so started_at is set again now."""
+        started = time.monotonic()
         try:
             spec = get_handler(job.type)
         except QueueError as exc:
             self._settle_failure(job, str(exc), retry=False)
             return
+        if late:
+            execution.mark_started(job.id, job.fence)
         self._limit = spec.time_limit or queue_settings().DEFAULT_TIME_LIMIT_SECONDS
         self.current = job
         self.soft_deadline = time.monotonic() + self._limit
-        self._report_state()
+        self._tell_supervisor()
         token = _current_job.set(job)
-        started = time.monotonic()
         log.debug("job_started", job_id=job.id, type=job.type, attempt=job.attempt, worker=self.worker_id)
         try:
             try:
@@ -325,7 +438,7 @@ class Worker:
             finally:
                 self._disarm()
         except _Fenced:
-            execution.note_fenced(job.id, job.attempt)
+            execution.note_fenced(job.id, job.fence)
         except LeaseLost as exc:
             log.warning("job_lease_lost", job_id=job.id, attempt=job.attempt, reason=str(exc))
             self.held.pop(job.id, None)
@@ -338,7 +451,10 @@ class Worker:
                 retry=True,
                 error_class="queue_app.exceptions.JobTimeLimitExceeded",
             )
-        except Exception as exc:  # noqa: BLE001 - any handler error is the job's failure
+        except BaseException as exc:  # noqa: BLE001 - however a handler ends, the attempt counts
+            # SystemExit, KeyboardInterrupt and GeneratorExit raised by a handler are its
+            # failure too: letting them end the process would hand the job back uncounted,
+            # to be claimed again forever (a poison job).
             retry = not isinstance(exc, spec.give_up_on)
             # The full traceback, as traceback.format_exc() gives it (django.tasks reads it).
             error_class = f"{type(exc).__module__}.{type(exc).__qualname__}"
@@ -347,19 +463,18 @@ class Worker:
             )
         else:
             if outcome is not None:
-                self.completions.append(outcome)
+                with self._batch_lock:  # the heartbeat thread may be taking the list
+                    self.completions.append(outcome)
             else:
                 self.held.pop(job.id, None)
         finally:
             _current_job.reset(token)
             self.current = None
-            self._report_state()
-            log.debug(
-                "job_finished",
-                job_id=job.id,
-                attempt=job.attempt,
-                seconds=round(time.monotonic() - started, 4),
-            )
+            self._tell_supervisor()
+            seconds = time.monotonic() - started
+            previous = self._seconds_per_job
+            self._seconds_per_job = seconds if previous is None else 0.8 * previous + 0.2 * seconds
+            log.debug("job_finished", job_id=job.id, attempt=job.attempt, seconds=round(seconds, 4))
 
     def _call(self, spec: HandlerSpec, job: ClaimedJob) -> Completion | None:
         """Run the handler; returns a completion to batch, or None when already written."""
@@ -367,13 +482,13 @@ class Worker:
             result = spec.func(dict(job.payload))
             self._disarm()
             self._check_result(result)
-            return Completion(job.id, job.attempt, result)
+            return Completion(job.id, job.fence, result)
         # Atomic mode: the handler's writes commit with the completion, or not at all.
         with transaction.atomic():
             result = spec.func(dict(job.payload))
             self._disarm()
             self._check_result(result)
-            if not execution.complete_jobs([Completion(job.id, job.attempt, result)]):
+            if not execution.complete_jobs([Completion(job.id, job.fence, result)]):
                 raise _Fenced()
         self.held.pop(job.id, None)
         return None
@@ -383,16 +498,21 @@ class Worker:
         check_json(result, field="result", max_bytes=MAX_RESULT_BYTES, max_depth=64)
 
     def _settle_failure(self, job: ClaimedJob, error: str, *, retry: bool, error_class: str = "") -> None:
-        execution.fail_job(job.id, job.attempt, error, retry=retry, error_class=error_class)
+        # The handler may have closed or broken this process's connection; the failure
+        # must still be written, so start from a working one.
+        if connection.connection is not None and not connection.is_usable():
+            connection.close()
+        execution.fail_job(job.id, job.fence, error, retry=retry, error_class=error_class)
         self.held.pop(job.id, None)
 
     def _hand_back(self, job: ClaimedJob, reason: str) -> None:
-        execution.hand_back_job(job.id, job.attempt, worker_id=self.worker_id, reason=reason)
+        execution.hand_back_job(job.id, job.fence, worker_id=self.worker_id, reason=reason)
         self.held.pop(job.id, None)
 
     def _write_completions(self) -> list[Completion]:
         """Write batched completions (the caller commits); returns what was written."""
-        pending = list(self.completions)
+        with self._batch_lock:
+            pending = list(self.completions)
         if pending:
             execution.complete_jobs(pending)
         return pending
@@ -400,7 +520,11 @@ class Worker:
     def _forget(self, written: list[Completion]) -> None:
         """After the commit: the jobs are settled. On an outage nothing is forgotten and
         the completions are written on the next try."""
-        self.completions = self.completions[len(written) :]
+        if not written:
+            return
+        with self._batch_lock:
+            done = {id(completion) for completion in written}
+            self.completions = [c for c in self.completions if id(c) not in done]
         for completion in written:
             self.held.pop(completion.job_id, None)
 
@@ -415,10 +539,10 @@ class Worker:
         """Jobs this identity still holds belong to a dead earlier process: settle them now."""
         while not self.stopping:
             try:
-                for job_id, attempt in selectors.held_by(self.worker_id):
-                    log.warning("job_recovered_from_previous_incarnation", job_id=job_id, attempt=attempt)
+                for job_id, fence in selectors.held_by(self.worker_id):
+                    log.warning("job_recovered_from_previous_incarnation", job_id=job_id, fence=fence)
                     execution.fail_job(
-                        job_id, attempt, "worker restarted: its previous process died", retry=True
+                        job_id, fence, "worker restarted: its previous process died", retry=True
                     )
                 return
             except guard.errors as exc:
@@ -430,9 +554,9 @@ class Worker:
         for _ in range(20):
             try:
                 self._flush_completions()
-                for job_id, attempt in list(self.held.items()):
+                for job_id, fence in list(self.held.items()):
                     execution.hand_back_job(
-                        job_id, attempt, worker_id=self.worker_id, reason="worker stopped before running it"
+                        job_id, fence, worker_id=self.worker_id, reason="worker stopped before running it"
                     )
                     self.held.pop(job_id, None)
                 return
@@ -443,7 +567,8 @@ class Worker:
 
 
 class Heartbeat(threading.Thread):
-    """Extends the leases this worker holds, on its own database connection."""
+    """Extends the leases this worker holds, on its own database connection, and
+    releases the unstarted rest of a batch that waits behind a slow job."""
 
     def __init__(self, worker: Worker) -> None:
         super().__init__(name=f"heartbeat {worker.worker_id}", daemon=True)
@@ -452,9 +577,19 @@ class Heartbeat(threading.Thread):
         self._stopped = threading.Event()
 
     def run(self) -> None:
+        next_beat = time.monotonic() + self.interval
         try:
-            while not self._stopped.wait(self.interval):
-                self.beat()
+            while not self._stopped.wait(RELEASE_CHECK_SECONDS):
+                try:
+                    self.worker.release_batch()
+                except OutageGuard.errors as exc:
+                    # What was not handed back keeps its lease; the heartbeat below stops
+                    # extending nothing it no longer holds, and the fence absorbs the rest.
+                    log.warning("release_failed", worker=self.worker.worker_id, error=str(exc)[:300])
+                    connection.close()
+                if time.monotonic() >= next_beat:
+                    next_beat = time.monotonic() + self.interval
+                    self.beat()
         finally:
             connection.close()
 

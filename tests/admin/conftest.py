@@ -35,9 +35,9 @@ def make_job(
     elif status in ("processing", "completed", "failed"):
         (claimed,) = execution.claim_jobs([str(job.id)], worker_id="admin-tests")
         if status == "completed":
-            execution.complete_jobs([Completion(claimed.id, claimed.attempt, {"ok": True})])
+            execution.complete_jobs([Completion(claimed.id, claimed.fence, {"ok": True})])
         elif status == "failed":
-            execution.fail_job(claimed.id, claimed.attempt, error, retry=False)
+            execution.fail_job(claimed.id, claimed.fence, error, retry=False)
     else:
         assert status == "queued", status
     job = Job.objects.get(id=job.id)

@@ -15,9 +15,9 @@ def _run_to(job_id: str, outcome: str) -> None:
     """Move a queued job on as a worker would: claim it, then settle it."""
     [claimed] = execution.claim_jobs([job_id], worker_id="test-worker")
     if outcome == "completed":
-        execution.complete_jobs([Completion(job_id, claimed.attempt, {"ok": True})])
+        execution.complete_jobs([Completion(job_id, claimed.fence, {"ok": True})])
     elif outcome == "failed":
-        execution.fail_job(job_id, claimed.attempt, "boom", retry=False)
+        execution.fail_job(job_id, claimed.fence, "boom", retry=False)
 
 
 @pytest.mark.django_db

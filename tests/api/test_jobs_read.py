@@ -105,7 +105,7 @@ def test_filters(api, alice):
     other_queue_type = submit(api, type="probe.run", priority="low").json()["id"]
     failed = submit(api, type="demo.fail").json()["id"]
     [claimed] = execution.claim_jobs([failed], worker_id="test")
-    execution.fail_job(failed, claimed.attempt, "boom", retry=False)
+    execution.fail_job(failed, claimed.fence, "boom", retry=False)
     old = submit(api).json()["id"]
     Job.objects.filter(id=old).update(created_at=timezone.now() - timedelta(days=3))
     cutoff = (timezone.now() - timedelta(days=1)).isoformat()
@@ -183,7 +183,7 @@ def test_detail_routes_ignore_list_filters(api):
 def test_logs_list_the_trail_oldest_first(api, bob_api):
     job_id = submit(api, type="demo.fail").json()["id"]
     [claimed] = execution.claim_jobs([job_id], worker_id="w1")
-    execution.fail_job(job_id, claimed.attempt, "boom", retry=False)
+    execution.fail_job(job_id, claimed.fence, "boom", retry=False)
     services.retry_job(job_id)
 
     response = api.get(f"/api/jobs/{job_id}/logs/")

@@ -45,9 +45,9 @@ def test_stats_match_the_rows_and_redis(api, staff_api, two_queues):
     for job_id, outcome in ((running, None), (done, "complete"), (failed, "fail")):
         [claimed] = execution.claim_jobs([job_id], worker_id="w")
         if outcome == "complete":
-            execution.complete_jobs([Completion(job_id, claimed.attempt, None)])
+            execution.complete_jobs([Completion(job_id, claimed.fence, None)])
         elif outcome == "fail":
-            execution.fail_job(job_id, claimed.attempt, "boom", retry=False)
+            execution.fail_job(job_id, claimed.fence, "boom", retry=False)
     services.cancel_job(cancelled)
     rows = list(OutboxMessage.objects.order_by("id"))
     assert [(row.job_id, row.action) for row in rows[-2:]] == [

@@ -48,10 +48,12 @@ def relay():
 
 
 def run_worker(**env: str) -> str:
-    """Run ``runworker --burst`` until no queued job is left; returns what it logged."""
+    """Run ``runworker --burst --with-scheduled`` until no queued job is left (retries and
+    later starts included); returns what it logged."""
     process = manage(
         "runworker",
         "--burst",
+        "--with-scheduled",
         "--name",
         WORKER,
         env=child_env(LOG_LEVEL="DEBUG", **env),

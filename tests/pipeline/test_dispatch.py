@@ -69,7 +69,7 @@ def test_two_jobs_about_a_second_apart_pop_by_tier_then_time(redis_client, tier_
             for name, at, tier in (first, second)
         ],
     )
-    popped = broker.pop_ready(redis_client, [("default", False)], 2)
+    popped = broker.reserve(redis_client, "default", False, 2)
     if (tier_a, moment) == (tier_b, later):
         assert sorted(popped) == ["a-second", "b-first"]  # one instant, one tier: either order
     else:
@@ -102,7 +102,7 @@ def test_medium_jobs_one_millisecond_apart_pop_in_enqueue_order(redis_client):
             for i, job_id in reversed(list(enumerate(ids)))
         ],
     )
-    popped = broker.pop_ready(redis_client, [("default", False)], 500)
+    popped = broker.reserve(redis_client, "default", False, 500)
     assert popped == ids
 
 
@@ -129,9 +129,39 @@ def test_remove_takes_an_id_out_of_every_structure(redis_client):
     broker.apply(redis_client, [broker.Intent("enqueue", "x", "q", True, None)])
     broker.apply(redis_client, [broker.Intent("enqueue", "x", "q", False, 5.0)])
     broker.apply(redis_client, [broker.Intent("remove", "x", "q", False, None)])
-    assert redis_client.dbsize() == 0
+    assert redis_client.keys() == [broker.wake_key("q")]  # only the wake token is left
+
+
+def test_wait_for_work_blocks_then_returns_nothing(redis_client):
+    assert broker.wait_for_work(redis_client, ["default"], timeout=0.1) is False
+
+
+def test_an_arrival_wakes_a_waiting_worker(redis_client):
+    broker.apply(redis_client, [broker.Intent("enqueue", "x", "default", False, 5.0)])
+    assert broker.wait_for_work(redis_client, ["default"], timeout=0.1) is True
 
 
 @pytest.mark.parametrize("fifo", [True, False])
-def test_wait_ready_blocks_then_returns_nothing(redis_client, fifo):
-    assert broker.wait_ready(redis_client, [("default", fifo)], timeout=0.1) == []
+def test_a_pop_moves_ids_in_flight_until_acknowledged(redis_client, fifo):
+    broker.apply(redis_client, [broker.Intent("enqueue", f"id-{i}", "q", fifo, float(i)) for i in range(5)])
+    assert broker.reserve(redis_client, "q", fifo, 3) == ["id-0", "id-1", "id-2"]
+    assert sorted(redis_client.zrange(broker.inflight_key("q"), 0, -1)) == ["id-0", "id-1", "id-2"]
+    broker.acknowledge(redis_client, {"q": ["id-0", "id-1", "id-2"]})
+    assert redis_client.zcard(broker.inflight_key("q")) == 0
+    assert not redis_client.exists(broker.inflight_scores_key("q"))
+    # Nothing expired: a sweep moves nothing.
+    assert broker.return_expired(redis_client, "q", fifo) == 0
+
+
+@pytest.mark.parametrize("fifo", [True, False])
+def test_unacknowledged_ids_go_back_in_their_place_after_the_deadline(redis_client, monkeypatch, fifo):
+    broker.apply(redis_client, [broker.Intent("enqueue", f"id-{i}", "q", fifo, float(i)) for i in range(5)])
+    monkeypatch.setattr("queue_app.broker.ready.INFLIGHT_SECONDS", 0)
+    assert broker.reserve(redis_client, "q", fifo, 2) == ["id-0", "id-1"]  # then the worker dies
+    assert broker.return_expired(redis_client, "q", fifo) == 2
+    assert broker.return_expired(redis_client, "q", fifo) == 0  # each id moves once
+    if not fifo:
+        assert redis_client.zscore(broker.priority_key("q"), "id-1") == 1.0  # its old score
+    assert redis_client.zcard(broker.inflight_key("q")) == 0
+    # Back at the front, in the order they were popped.
+    assert broker.reserve(redis_client, "q", fifo, 5) == [f"id-{i}" for i in range(5)]

@@ -1,7 +1,8 @@
 """Fencing: once a lease has expired and the job was rescued and claimed again,
 nothing the old attempt writes gets through.
 
-The attempt number is the fencing token (DESIGN.md, "Job states"). Each write
+The claim's ``fence`` is the fencing token (DESIGN.md, "Job states"; a counter that,
+unlike ``attempts``, a hand-back never lowers). Each write
 of a stale attempt must change nothing, leave the new attempt in charge, and
 leave a ``*_fenced`` row in the job's trail.
 """
@@ -30,8 +31,8 @@ def reconciler_rescue() -> None:
 def rescued_and_reclaimed(request, queue_config):
     """A job whose attempt 1 lost its lease, was rescued, and is now held by attempt 2.
 
-    Both claims are made under the same worker id, so only the attempt number
-    can tell the two attempts apart.
+    Both claims are made under the same worker id, so only the fence can tell
+    the two attempts apart.
     """
     queue_config(LEASE_SECONDS=1, HEARTBEAT_SECONDS=0.5, RETRY_BACKOFF_BASE_SECONDS=0.01)
     job = enqueue_job("demo.echo", {"n": 1})
@@ -65,31 +66,31 @@ def assert_held_by_attempt_2(job_id) -> Job:
 
 def test_stale_completion_is_rejected(rescued_and_reclaimed):
     old, new = rescued_and_reclaimed
-    assert execution.complete_jobs([Completion(old.id, old.attempt, {"stale": True})]) == set()
+    assert execution.complete_jobs([Completion(old.id, old.fence, {"stale": True})]) == set()
     assert_held_by_attempt_2(old.id)
-    assert fenced_rows(old.id, "completion_fenced") == [{"attempt": 1}]
+    assert fenced_rows(old.id, "completion_fenced") == [{"fence": 1}]
     assert not JobLog.objects.filter(job_id=old.id, event="completed").exists()
-    # The current attempt still completes: the fence is the attempt number, not the job.
-    assert execution.complete_jobs([Completion(new.id, new.attempt, {"fresh": True})]) == {new.id}
+    # The current attempt still completes: the fence is per claim, not per job.
+    assert execution.complete_jobs([Completion(new.id, new.fence, {"fresh": True})]) == {new.id}
     assert Job.objects.get(id=new.id).result == {"fresh": True}
 
 
 def test_stale_failure_is_rejected(rescued_and_reclaimed):
     old, new = rescued_and_reclaimed
-    assert execution.fail_job(old.id, old.attempt, "stale error") is None
-    assert execution.fail_job(old.id, old.attempt, "stale error", retry=False) is None
+    assert execution.fail_job(old.id, old.fence, "stale error") is None
+    assert execution.fail_job(old.id, old.fence, "stale error", retry=False) is None
     assert_held_by_attempt_2(old.id)
-    assert fenced_rows(old.id, "failure_fenced") == [{"attempt": 1}, {"attempt": 1}]
+    assert fenced_rows(old.id, "failure_fenced") == [{"fence": 1}, {"fence": 1}]
     assert not JobLog.objects.filter(job_id=old.id, event__in=["retry_scheduled", "failed"]).exists()
-    assert execution.fail_job(new.id, new.attempt, "real error", retry=False) == "failed"
+    assert execution.fail_job(new.id, new.fence, "real error", retry=False) == "failed"
 
 
 def test_stale_heartbeat_is_rejected(rescued_and_reclaimed):
     old, new = rescued_and_reclaimed
     lease_before = assert_held_by_attempt_2(old.id).lease_expires_at
-    assert execution.extend_leases([(old.id, old.attempt)], worker_id=WORKER) == set()
+    assert execution.extend_leases([(old.id, old.fence)], worker_id=WORKER) == set()
     assert assert_held_by_attempt_2(old.id).lease_expires_at == lease_before
-    assert fenced_rows(old.id, "heartbeat_fenced") == [{"attempt": 1}]
+    assert fenced_rows(old.id, "heartbeat_fenced") == [{"fence": 1}]
     # A heartbeat for the current attempt extends its lease.
-    assert execution.extend_leases([(new.id, new.attempt)], worker_id=WORKER) == {new.id}
+    assert execution.extend_leases([(new.id, new.fence)], worker_id=WORKER) == {new.id}
     assert Job.objects.get(id=new.id).lease_expires_at > lease_before

@@ -24,17 +24,17 @@ WORKER = "walker"
 
 
 def _complete(job):
-    execution.complete_jobs([Completion(str(job.id), job.attempts, {"ok": True})])
+    execution.complete_jobs([Completion(str(job.id), job.fence, {"ok": True})])
 
 
 # How each transition is reached through the engine's own entry points.
 APPLY = {
     "claim": lambda job: execution.claim_jobs([str(job.id)], worker_id=WORKER),
     "complete": _complete,
-    "schedule_retry": lambda job: execution.fail_job(str(job.id), job.attempts, "boom"),
-    "fail": lambda job: execution.fail_job(str(job.id), job.attempts, "boom", retry=False),
+    "schedule_retry": lambda job: execution.fail_job(str(job.id), job.fence, "boom"),
+    "fail": lambda job: execution.fail_job(str(job.id), job.fence, "boom", retry=False),
     "hand_back": lambda job: execution.hand_back_job(
-        str(job.id), job.attempts, worker_id=WORKER, reason="shutdown"
+        str(job.id), job.fence, worker_id=WORKER, reason="shutdown"
     ),
     "rescue_requeue": lambda job: execution.rescue_expired_leases(),
     "rescue_fail": lambda job: execution.rescue_expired_leases(),
@@ -47,11 +47,13 @@ MAX_ATTEMPTS = {"rescue_fail": 1}
 
 
 def _seed(status: str, *, max_attempts: int) -> Job:
-    """A job already in ``status`` at attempt 1, its lease (if running) expired a minute ago."""
+    """A job already in ``status`` at attempt 1 (claimed once: fence 1), its lease (if running)
+    expired a minute ago."""
     return Job.objects.create(
         type="demo.echo",
         status=status,
         attempts=1,
+        fence=1,
         max_attempts=max_attempts,
         worker_id=WORKER if status == Status.PROCESSING else "",
         lease_expires_at=timezone.now() - timedelta(minutes=1) if status == Status.PROCESSING else None,

@@ -119,10 +119,34 @@ def test_completion_after_cancel_is_fenced_and_result_not_written():
     relay_all()
     [claimed] = claim_jobs([str(job.id)], worker_id="w")
     services.cancel_job(job.id)
-    assert execution.complete_jobs([Completion(claimed.id, claimed.attempt, {"v": 1})]) == set()
+    assert execution.complete_jobs([Completion(claimed.id, claimed.fence, {"v": 1})]) == set()
     job.refresh_from_db()
     assert job.status == "cancelled" and job.result is None
     assert events(job)[-1] == "completion_fenced"
+
+
+def test_a_stale_holder_is_fenced_off_after_a_hand_back_and_a_new_claim():
+    """A hand-back takes the attempt back (attempts - 1) but never lowers the fence, so
+    the next holder's token differs from every earlier one's (issue: the token went back)."""
+    job = enqueue_job("demo.echo")
+    [stale] = claim_jobs([str(job.id)], worker_id="old")
+    assert execution.hand_back_job(stale.id, stale.fence, worker_id="old", reason="stopping")
+    [fresh] = claim_jobs([str(job.id)], worker_id="new")
+    assert fresh.attempt == stale.attempt == 1  # the hand-back charged nothing
+    assert fresh.fence == stale.fence + 1
+    # The stale holder (same attempt number, old token) can neither extend, fail nor complete.
+    assert execution.extend_leases([(stale.id, stale.fence)], worker_id="new") == set()
+    assert execution.fail_job(stale.id, stale.fence, "stale failure") is None
+    assert execution.complete_jobs([Completion(stale.id, stale.fence, "stale")]) == set()
+    assert execution.hand_back_job(stale.id, stale.fence, worker_id="new", reason="stale") is False
+    job.refresh_from_db()
+    assert job.status == "processing" and job.worker_id == "new" and job.last_error == ""
+    assert events(job)[-2:] == ["failure_fenced", "completion_fenced"]
+    # The new holder still holds it.
+    assert execution.extend_leases([(fresh.id, fresh.fence)], worker_id="new") == {fresh.id}
+    assert execution.complete_jobs([Completion(fresh.id, fresh.fence, "fresh")]) == {fresh.id}
+    job.refresh_from_db()
+    assert job.status == "completed" and job.result == "fresh" and job.attempts == 1
 
 
 def test_atomic_handler_effect_rolls_back_when_fenced():
@@ -132,7 +156,7 @@ def test_atomic_handler_effect_rolls_back_when_fenced():
     from queue_app.runtime.worker import Worker
 
     worker = Worker(worker_id="w", queues=["default"])
-    worker.held[claimed.id] = claimed.attempt
+    worker.held[claimed.id] = claimed.fence
     worker.run_job(claimed)
     assert not Effect.objects.exists()
     job.refresh_from_db()

@@ -26,7 +26,7 @@ def _relay(relay: Relay) -> None:
         connection.close()
 
 
-def test_store_error_while_settling_a_job_hands_the_rest_of_its_batch_back():
+def test_a_handler_that_cuts_its_connection_fails_on_a_new_one_and_the_batch_goes_on():
     cut, *rest = enqueue_jobs(
         [JobRequest(type="probe.cut_connection"), JobRequest(type="probe.run"), JobRequest(type="probe.run")]
     )
@@ -34,14 +34,14 @@ def test_store_error_while_settling_a_job_hands_the_rest_of_its_batch_back():
     relay = Relay(poll_seconds=0.1)
     relay_thread = threading.Thread(target=_relay, args=(relay,), daemon=True)
     relay_thread.start()
-    worker = Worker(worker_id="batch-worker", queues=["default"], burst=True)
+    worker = Worker(worker_id="batch-worker", queues=["default"], burst=True, with_scheduled=True)
     timed_out = threading.Event()
 
     def stop_the_worker() -> None:
         timed_out.set()
         worker.stopping = True
 
-    # Ends the run if the rest of the batch stays held and unrun (it did, until the worker stopped).
+    # Ends the run if the rest of the batch stays held and unrun.
     deadline = threading.Timer(30, stop_the_worker)
     deadline.start()
     try:
@@ -54,11 +54,11 @@ def test_store_error_while_settling_a_job_hands_the_rest_of_its_batch_back():
     for job in rest:
         job.refresh_from_db()
         assert job.status == "completed"
-        assert events(job) == ["enqueued", "claimed", "handed_back", "claimed", "completed"]
+        assert events(job) == ["enqueued", "claimed", "completed"]
         assert job.attempts == 1 and Execution.objects.filter(job_id=job.id).count() == 1
-    # The attempt whose failure could not be written is left to its lease (the reconciler
-    # settles it), not kept alive by the heartbeat with nobody to settle it.
+    # Each attempt's failure is written on a fresh connection: it counts, and ends the job.
     cut.refresh_from_db()
-    assert cut.status == "processing" and cut.attempts == 1
+    assert cut.status == "failed" and cut.attempts == 2
+    assert events(cut) == ["enqueued", "claimed", "retry_scheduled", "claimed", "failed"]
     assert worker.held == {} and not timed_out.is_set()
     assert Job.objects.filter(status="queued").count() == 0

@@ -1,6 +1,7 @@
 """Probe handlers: each records its executions so tests can count them."""
 
 import os
+import signal
 import time
 
 from django.db import connection
@@ -118,6 +119,35 @@ def add(a, b):
 def whoami(context):
     """A task that reads its own result id from the context."""
     return {"id": context.task_result.id}
+
+
+def _end_badly(how: str) -> None:
+    """Every way a handler can end other than returning or raising an Exception."""
+    if how == "system_exit":
+        raise SystemExit(1)
+    if how == "keyboard_interrupt":
+        raise KeyboardInterrupt
+    if how == "generator_exit":
+        raise GeneratorExit
+    if how == "os_exit":
+        os._exit(3)
+    if how == "segfault":
+        import ctypes
+
+        ctypes.string_at(0)
+    if how == "oom_kill":
+        os.kill(os.getpid(), signal.SIGKILL)  # what the out-of-memory killer does
+    if how == "close_connection":
+        connection.close()
+        raise RuntimeError("closed the database connection, then failed")
+    raise ValueError(f"unknown way to end: {how}")
+
+
+@job_handler("probe.poison", max_attempts=2, retry_backoff_base=0.1, retry_backoff_max=0.2)
+def poison(payload):
+    """Records the execution, then ends as ``payload["how"]`` says, on every attempt."""
+    _started()
+    _end_badly(payload["how"])
 
 
 @job_handler("probe.backoff", max_attempts=5, retry_backoff_base=0.25, retry_backoff_max=0.5)

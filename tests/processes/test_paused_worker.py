@@ -18,15 +18,24 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, py
 
 
 def test_resumed_worker_does_not_start_batch_jobs_whose_lease_it_lost():
-    running = enqueue_job("probe.run", {"sleep": 1.5}, priority="high")
-    waiting = enqueue_jobs([JobRequest(type="probe.run") for _ in range(2)])
-    relay_all()  # in Redis before the worker starts: its first pop takes all three as one batch
+    # Claim far ahead and never release, so the batch stays held behind the first job.
     worker = manage(
         "runworker",
-        env=child_env(JOBQUEUE_LEASE_SECONDS="2", JOBQUEUE_HEARTBEAT_SECONDS="0.5"),
+        env=child_env(
+            JOBQUEUE_LEASE_SECONDS="2",
+            JOBQUEUE_HEARTBEAT_SECONDS="0.5",
+            JOBQUEUE_WORKER_CLAIM_AHEAD_SECONDS="600",
+            JOBQUEUE_WORKER_RELEASE_AFTER_SECONDS="600",
+        ),
         stderr=subprocess.DEVNULL,
     )
     try:
+        warm_up = enqueue_job("probe.run")  # a first job, so the worker claims batches
+        relay_all()
+        wait_until(lambda: Job.objects.filter(id=warm_up.id, status="completed").exists(), message="warm-up")
+        running = enqueue_job("probe.run", {"sleep": 1.5}, priority="high")
+        waiting = enqueue_jobs([JobRequest(type="probe.run") for _ in range(2)])
+        relay_all()  # one push of all three: the worker's next pop takes them as one batch
         wait_until(lambda: Execution.objects.filter(job_id=running.id).exists(), message="first job to start")
         assert Job.objects.filter(status="processing").count() == 3
         os.killpg(worker.pid, signal.SIGSTOP)

@@ -5,12 +5,16 @@ import subprocess
 
 import pytest
 
+from queue_app import broker
 from queue_app.models import Job, OutboxMessage
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
 from tests.helpers import child_env, kill_group, manage, relay_all, wait_until
 from tests.probe.models import Execution
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.redis]
+
+# A burst worker that also waits for retries due shortly.
+WAIT_FOR_RETRIES = ("--with-scheduled",)
 
 
 def status_of(job) -> str:
@@ -137,3 +141,145 @@ def test_two_relays_and_three_workers_drain_five_thousand_jobs_exactly_once(proc
     assert per_job == 5000 and Execution.objects.count() == 5000
     workers_used = set(Job.objects.values_list("logs__extra__worker", flat=True)) - {None}
     assert len({worker.split("/")[0] for worker in workers_used}) == 3
+
+
+# How each way of ending shows in last_error (the child's traceback, or the supervisor's cause).
+POISON = {
+    "system_exit": "SystemExit: 1",
+    "keyboard_interrupt": "KeyboardInterrupt",
+    "generator_exit": "GeneratorExit",
+    "close_connection": "RuntimeError: closed the database connection",
+    "os_exit": "WorkerProcessDied: the worker process exited with code 3",
+    "segfault": "WorkerProcessDied: the worker process was killed by SIGSEGV",
+    "oom_kill": "WorkerProcessDied: the worker process was killed by SIGKILL (the out-of-memory killer",
+}
+
+
+@pytest.mark.parametrize("how", POISON)
+def test_a_poison_job_uses_up_its_attempts_and_fails_while_others_run(processes, how):
+    poison = enqueue_job("probe.poison", {"how": how})  # max_attempts=2
+    others = enqueue_jobs([JobRequest(type="probe.run") for _ in range(3)])
+    relay_all()
+    relay = manage("runrelay", stderr=subprocess.DEVNULL)  # carries the retry's outbox row
+    worker = manage("runworker", "--burst", *WAIT_FOR_RETRIES, stderr=subprocess.DEVNULL)
+    processes.extend([relay, worker])
+    assert worker.wait(timeout=120) == 0  # the burst worker ends: nothing loops
+    poison.refresh_from_db()
+    assert poison.status == "failed" and poison.attempts == 2
+    assert POISON[how] in poison.last_error
+    assert Execution.objects.filter(job_id=poison.id).count() == 2
+    assert list(poison.logs.values_list("event", flat=True)) == [
+        "enqueued",
+        "claimed",
+        "retry_scheduled",
+        "claimed",
+        "failed",
+    ]
+    assert {status_of(job) for job in others} == {"completed"}
+
+
+def test_ids_popped_by_a_worker_killed_before_its_claim_come_back_without_the_reconciler(
+    processes, redis_client
+):
+    job = enqueue_job("probe.run")
+    relay_all()
+    doomed = manage(
+        "runworker", env=child_env(JOBSITE_FAILPOINTS="worker.after_pop=kill"), stderr=subprocess.DEVNULL
+    )
+    processes.append(doomed)
+    # The child moves the id into the in-flight set, then SIGKILLs itself before claiming.
+    wait_until(
+        lambda: redis_client.zscore(broker.inflight_key("default"), str(job.id)) is not None,
+        message="the pop",
+    )
+    kill_group(doomed)
+    assert status_of(job) == "queued" and redis_client.zcard(broker.priority_key("default")) == 0
+    # No reconciler runs: the next worker's sweep returns the id once its deadline passes
+    # (INFLIGHT_SECONDS), well inside this bound (a reconciler would need its grace + interval).
+    worker = manage("runworker", stderr=subprocess.DEVNULL)
+    processes.append(worker)
+    wait_until(lambda: status_of(job) == "completed", timeout=30, message="the job to run")
+    job.refresh_from_db()
+    assert job.attempts == 1 and Execution.objects.filter(job_id=job.id).count() == 1
+    assert redis_client.zcard(broker.inflight_key("default")) == 0
+    stop(worker)
+
+
+def test_short_jobs_are_not_held_behind_a_long_one(processes):
+    """Default settings, 2 worker processes: a 30 s job claimed in a batch does not keep
+    the jobs claimed with it from the idle process (Oban's demand-based fetch)."""
+    first = enqueue_jobs([JobRequest(type="probe.run") for _ in range(20)])
+    long = enqueue_job("probe.run", {"sleep": 30})
+    rest = enqueue_jobs([JobRequest(type="probe.run") for _ in range(20)])
+    relay_all()
+    worker = manage("runworker", "--concurrency", "2", stderr=subprocess.DEVNULL)
+    relay = manage("runrelay", stderr=subprocess.DEVNULL)  # carries released jobs back to Redis
+    processes.extend([worker, relay])
+    short = [job.id for job in first + rest]
+    wait_until(
+        lambda: Job.objects.filter(id__in=short, status="completed").count() == 40,
+        timeout=25,  # the long job is still sleeping at this point
+        message="the 40 short jobs",
+    )
+    assert status_of(long) == "processing"
+    assert not Execution.objects.filter(job_id=long.id, finished_at__isnull=False).exists()
+    assert Execution.objects.filter(job_id__in=short).count() == 40
+    # A claimed job that was released went back uncounted and ran once.
+    assert set(Job.objects.filter(id__in=short).values_list("attempts", flat=True)) == {1}
+
+
+def test_a_second_worker_with_a_running_workers_name_is_refused(processes):
+    first = manage("runworker", "--name=twin", stderr=subprocess.DEVNULL)
+    processes.append(first)
+    job = enqueue_job("probe.run")
+    relay_all()
+    wait_until(lambda: status_of(job) == "completed", message="the first worker to run")
+    second = manage("runworker", "--name=twin", stderr=subprocess.PIPE, text=True)
+    processes.append(second)
+    _, err = second.communicate(timeout=60)
+    assert second.returncode == 1
+    assert "--name: a worker named 'twin' is already running" in err
+    assert first.poll() is None  # the first one is untouched
+    # Once the first is gone (even by SIGKILL, children included), the name is free again.
+    kill_group(first)
+    third = manage("runworker", "--name=twin", "--burst", stderr=subprocess.DEVNULL)
+    processes.append(third)
+    assert third.wait(timeout=60) == 0
+
+
+def test_burst_exits_when_nothing_is_due_and_with_scheduled_waits(processes, redis_client):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    later = enqueue_job("probe.run", run_at=timezone.now() + timedelta(hours=1))
+    now = enqueue_job("probe.run")
+    relay_all()
+    burst = manage("runworker", "--burst", stderr=subprocess.DEVNULL)
+    processes.append(burst)
+    assert burst.wait(timeout=60) == 0  # as RQ's burst and Oban's drain: what is due, then exit
+    assert status_of(now) == "completed"
+    assert status_of(later) == "queued"
+    # --with-scheduled waits for what is scheduled (here: brought forward to seconds from now).
+    due = timezone.now() + timedelta(seconds=2)
+    Job.objects.filter(id=later.id).update(next_retry_at=due)
+    redis_client.zadd(broker.retry_key("default"), {str(later.id): broker.due_score(due)})
+    waiting = manage("runworker", "--burst", "--with-scheduled", stderr=subprocess.DEVNULL)
+    processes.append(waiting)
+    assert waiting.wait(timeout=60) == 0
+    assert status_of(later) == "completed"
+
+
+def test_a_flood_in_one_queue_does_not_stop_another(processes, queue_config):
+    queue_config(QUEUES="default,flood,trickle")
+    env = child_env(JOBQUEUE_QUEUES="default,flood,trickle")
+    enqueue_jobs([JobRequest(type="probe.run", queue="flood") for _ in range(3000)])
+    relay_all()
+    worker = manage("runworker", "--queues=flood,trickle", env=env, stderr=subprocess.DEVNULL)
+    processes.append(worker)
+    wait_until(lambda: Job.objects.filter(queue="flood", status="completed").exists(), message="a start")
+    trickle = enqueue_job("probe.run", queue="trickle")
+    relay_all()
+    wait_until(lambda: status_of(trickle) == "completed", timeout=60, message="the other queue's job")
+    # Served while the flood was still being drained, not after it.
+    assert Job.objects.filter(queue="flood", status="queued").count() > 1000

@@ -81,7 +81,7 @@ def seed_every_case() -> dict[str, str]:
     expired = enqueue(1)[0]
     mark_relayed()
     (claimed,) = execution.claim_jobs([str(finished.id)], worker_id="w")
-    execution.complete_jobs([Completion(claimed.id, claimed.attempt, None)])
+    execution.complete_jobs([Completion(claimed.id, claimed.fence, None)])
     execution.claim_jobs([str(expired.id)], worker_id="dead")
     with connection.cursor() as cursor:
         cursor.execute(

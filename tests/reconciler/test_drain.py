@@ -41,7 +41,7 @@ def test_flushed_redis_is_rebuilt_and_workers_drain_every_job(redis_client):
     assert redis_client.zcard(broker.priority_key("default")) == 980
     assert redis_client.zcard(broker.retry_key("default")) == 20
 
-    run("runworker", "--burst", "--queues", "default", "--concurrency", "1", timeout=300)
+    run("runworker", "--burst", "--with-scheduled", "--queues", "default", "--concurrency", "1", timeout=300)
 
     assert Job.objects.filter(status=Status.COMPLETED).count() == 1000
     assert Execution.objects.count() == 1000

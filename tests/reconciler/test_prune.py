@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.redis]
 def completed_job():
     (job,) = enqueue(1)
     (claimed,) = execution.claim_jobs([str(job.id)], worker_id="w1")
-    assert execution.complete_jobs([Completion(claimed.id, claimed.attempt, {"ok": True})])
+    assert execution.complete_jobs([Completion(claimed.id, claimed.fence, {"ok": True})])
     return str(job.id)
 
 

@@ -1,34 +1,34 @@
 -- Running jobs, set-based: the batched claim and completion, the lease
--- rescue and the heartbeat. Fenced by the attempt number. Statuses, events
+-- rescue and the heartbeat. Fenced by jobs.fence (+1 per claim, never lowered). Statuses, events
 -- and log levels are bound from states.TRANSITION_TABLE (%(sources)s,
 -- %(target)s, %(event)s, %(level)s), never written here as literals.
 
 -- name: claim_jobs
 WITH claimed AS (
     UPDATE jobs
-       SET status = %(target)s, attempts = attempts + 1, started_at = now(),
+       SET status = %(target)s, attempts = attempts + 1, fence = fence + 1, started_at = now(),
            next_retry_at = NULL, worker_id = %(worker)s,
            lease_expires_at = now() + make_interval(secs => %(lease)s)
      WHERE id = ANY(%(ids)s::uuid[]) AND status = ANY(%(sources)s)
        AND (next_retry_at IS NULL OR next_retry_at <= now())
- RETURNING id, type, queue, payload, attempts, max_attempts
+ RETURNING id, type, queue, payload, attempts, max_attempts, fence
 ), logged AS (
     INSERT INTO job_logs (job_id, created_at, level, event, message, extra)
     SELECT id, now(), %(level)s, %(event)s, 'claimed by ' || %(worker)s,
-           jsonb_build_object('attempt', attempts, 'worker', %(worker)s)
+           jsonb_build_object('attempt', attempts, 'fence', fence, 'worker', %(worker)s)
       FROM claimed
 )
-SELECT id, type, queue, payload, attempts, max_attempts FROM claimed
+SELECT id, type, queue, payload, attempts, max_attempts, fence FROM claimed
 
 -- name: complete_jobs
 WITH input AS (
-    SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS t(id uuid, attempt int, result jsonb)
+    SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS t(id uuid, fence bigint, result jsonb)
 ), done AS (
     UPDATE jobs
        SET status = %(target)s, result = input.result, completed_at = now(),
            last_error = '', last_error_class = '', worker_id = '', lease_expires_at = NULL
       FROM input
-     WHERE jobs.id = input.id AND jobs.status = ANY(%(sources)s) AND jobs.attempts = input.attempt
+     WHERE jobs.id = input.id AND jobs.status = ANY(%(sources)s) AND jobs.fence = input.fence
  RETURNING jobs.id, jobs.attempts
 ), logged AS (
     INSERT INTO job_logs (job_id, created_at, level, event, message, extra)
@@ -57,8 +57,13 @@ RETURNING id, status, attempts, queue, priority, enqueued_at, next_retry_at
 -- name: extend_leases
 -- Heartbeat: push out the leases a worker still holds.
 UPDATE jobs SET lease_expires_at = now() + make_interval(secs => %(lease)s)
-  FROM jsonb_to_recordset(%(rows)s::jsonb) AS t(id uuid, attempt int)
- WHERE jobs.id = t.id AND jobs.attempts = t.attempt
+  FROM jsonb_to_recordset(%(rows)s::jsonb) AS t(id uuid, fence bigint)
+ WHERE jobs.id = t.id AND jobs.fence = t.fence
    AND jobs.status = %(processing)s AND jobs.worker_id = %(worker)s
 RETURNING jobs.id
 
+
+-- name: mark_started
+-- A claimed job that starts noticeably after its claim: started_at is its start.
+UPDATE jobs SET started_at = now()
+ WHERE id = %(id)s AND status = 'processing' AND fence = %(fence)s

@@ -2,7 +2,7 @@
 -- and run by engine.transitions.apply_transition, which binds the table's
 -- %(sources)s and %(target)s. Each is one conditional UPDATE: no row back
 -- means the job was not in a source status (or, for a running job, the
--- attempt no longer holds it) and nothing changed. Every statement returns
+-- attempt's fence no longer holds it) and nothing changed. Every statement returns
 -- the same columns, what the log row and the outbox row need.
 
 -- name: schedule_retry
@@ -11,7 +11,7 @@ UPDATE jobs
    SET status = %(target)s, next_retry_at = now() + make_interval(secs => %(delay)s),
        enqueued_at = now() + make_interval(secs => %(delay)s), completed_at = NULL,
        last_error = %(error)s, last_error_class = %(error_class)s, worker_id = '', lease_expires_at = NULL
- WHERE id = %(id)s AND status = ANY(%(sources)s) AND attempts = %(attempt)s
+ WHERE id = %(id)s AND status = ANY(%(sources)s) AND fence = %(fence)s
    AND attempts < max_attempts
 RETURNING id, status, attempts, queue, priority, enqueued_at, next_retry_at
 
@@ -20,15 +20,17 @@ RETURNING id, status, attempts, queue, priority, enqueued_at, next_retry_at
 UPDATE jobs
    SET status = %(target)s, next_retry_at = NULL, completed_at = now(),
        last_error = %(error)s, last_error_class = %(error_class)s, worker_id = '', lease_expires_at = NULL
- WHERE id = %(id)s AND status = ANY(%(sources)s) AND attempts = %(attempt)s
+ WHERE id = %(id)s AND status = ANY(%(sources)s) AND fence = %(fence)s
 RETURNING id, status, attempts, queue, priority, enqueued_at, next_retry_at
 
 -- name: hand_back
--- A clean shutdown returns a running job unrun: the attempt is not counted.
+-- A clean shutdown returns a running job unrun: the attempt is not counted;
+-- the fence stays, so the next claim's token is above every earlier one.
 UPDATE jobs SET status = %(target)s, attempts = attempts - 1, worker_id = '',
        lease_expires_at = NULL, started_at = NULL
- WHERE id = %(id)s AND status = ANY(%(sources)s) AND attempts = %(attempt)s AND worker_id = %(worker)s
-RETURNING id, status, attempts, queue, priority, enqueued_at, next_retry_at
+ WHERE id = %(id)s AND status = ANY(%(sources)s) AND fence = %(fence)s AND worker_id = %(worker)s
+-- attempts + 1: the attempt handed back, which its log row names.
+RETURNING id, status, attempts + 1, queue, priority, enqueued_at, next_retry_at
 
 -- name: cancel
 UPDATE jobs SET status = %(target)s, completed_at = now(), worker_id = '',

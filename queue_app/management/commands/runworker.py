@@ -4,6 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from queue_app.conf import queue_settings
 from queue_app.runtime.supervisor import Supervisor, default_name
+from queue_app.runtime.worker_name import WorkerNameInUse
 
 
 class Command(BaseCommand):
@@ -12,15 +13,26 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--queues", help="comma-separated queue names (default: all configured)")
         parser.add_argument("--concurrency", type=int, default=1, help="worker processes (default 1)")
-        parser.add_argument("--burst", action="store_true", help="exit when no queued job is left")
+        parser.add_argument(
+            "--burst",
+            action="store_true",
+            help="exit when no job of these queues is due (jobs scheduled later do not keep it running)",
+        )
+        parser.add_argument(
+            "--with-scheduled",
+            action="store_true",
+            help="with --burst: also wait for queued jobs scheduled later (retries, run_at)",
+        )
         parser.add_argument(
             "--name",
             help="worker identity (default host:pid). Restarting with the same name settles the "
-            "jobs the previous process held at once instead of after their lease; "
-            "never run two workers with one name.",
+            "jobs the previous process held at once instead of after their lease. "
+            "A second worker with a name already running is refused.",
         )
 
-    def handle(self, *args, queues=None, concurrency=1, burst=False, name=None, **options):
+    def handle(
+        self, *args, queues=None, concurrency=1, burst=False, with_scheduled=False, name=None, **options
+    ):
         configured = queue_settings().QUEUES
         selected = [q.strip() for q in queues.split(",") if q.strip()] if queues else list(configured)
         unknown = [q for q in selected if q not in configured]
@@ -30,7 +42,19 @@ class Command(BaseCommand):
             )
         if concurrency < 1:
             raise CommandError("--concurrency must be at least 1")
+        if with_scheduled and not burst:
+            raise CommandError("--with-scheduled only applies with --burst")
         supervisor = Supervisor(
-            name=name or default_name(), queues=selected, concurrency=concurrency, burst=burst
+            name=name or default_name(),
+            queues=selected,
+            concurrency=concurrency,
+            burst=burst,
+            with_scheduled=with_scheduled,
         )
-        supervisor.run()
+        try:
+            supervisor.run()
+        except WorkerNameInUse:
+            raise CommandError(
+                f"--name: a worker named {supervisor.name!r} is already running; "
+                "stop it first, or give this one another name"
+            ) from None

@@ -1,0 +1,75 @@
+"""One running worker per ``--name``: a session-level PostgreSQL advisory lock.
+
+A worker's name is its identity in ``jobs.worker_id``; a restarted worker
+settles the jobs its name still holds, so two live workers with one name
+would settle each other's running jobs. The supervisor holds the lock on a
+dedicated connection (outside Django's pool, which is closed before every
+fork) for as long as it runs; PostgreSQL releases it when that session ends,
+even after a SIGKILL.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import psycopg
+import structlog
+from django.db import connection
+
+log = structlog.get_logger("queue_app.supervisor")
+
+# The first key of the two-key advisory lock: "these locks are worker names".
+LOCK_CLASS = 0x6A0B
+
+
+class WorkerNameInUse(Exception):
+    """Another live worker already runs under this name."""
+
+
+def lock_key(name: str) -> int:
+    """The name as a signed 32-bit key (two names can share one, very rarely: the
+    second is then refused, never allowed to run twice)."""
+    key = zlib.crc32(name.encode())
+    return key - 2**32 if key >= 2**31 else key
+
+
+class WorkerNameLock:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._session: psycopg.Connection | None = None
+
+    def acquire(self) -> None:
+        """Take the lock, or raise WorkerNameInUse. Store errors propagate (caller retries)."""
+        params = connection.get_connection_params()
+        for key in ("cursor_factory", "context", "server_side_binding"):
+            params.pop(key, None)
+        session = psycopg.connect(**params, autocommit=True)
+        key = [LOCK_CLASS, lock_key(self.name)]
+        row = session.execute("SELECT pg_try_advisory_lock(%s, %s)", key).fetchone()
+        if not row[0]:
+            session.close()
+            raise WorkerNameInUse(self.name)
+        self._session = session
+
+    def still_held(self) -> bool:
+        """False when the session that held the lock is gone (a PostgreSQL restart):
+        the caller takes it again with ``acquire``."""
+        if self._session is None or self._session.closed:
+            return False
+        try:
+            self._session.execute("SELECT 1")
+            return True
+        except (psycopg.Error, OSError):
+            self._session.close()
+            return False
+
+    def fileno(self) -> int | None:
+        """The session's socket, for a forked child to close."""
+        if self._session is None or self._session.closed:
+            return None
+        return self._session.fileno()
+
+    def release(self) -> None:
+        if self._session is not None and not self._session.closed:
+            self._session.close()
+        self._session = None
