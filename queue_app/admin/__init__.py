@@ -28,6 +28,7 @@ from django.utils.html import format_html
 
 from queue_app import services
 from queue_app.admin import dashboard
+from queue_app.admin.changelist import GuardedChangeList
 from queue_app.admin.pagination import EstimatedCountPaginator
 from queue_app.admin.search import job_search_filter, log_search_filter, search_words
 from queue_app.conf import queue_settings
@@ -189,6 +190,9 @@ class HistoryAdmin(admin.ModelAdmin):
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     list_per_page = 100
+
+    def get_changelist(self, request, **kwargs):
+        return GuardedChangeList
 
     def has_add_permission(self, request, obj=None) -> bool:
         return False
