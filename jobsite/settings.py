@@ -210,7 +210,15 @@ REST_FRAMEWORK = {
     "NUM_PROXIES": _env_int("NUM_PROXIES", 0),
     # One JSON error shape for every error, QueueError subclasses included.
     "EXCEPTION_HANDLER": "queue_app.api.errors.exception_handler",
+    # JSON always; the browsable API (HTML) only for development.
+    "DEFAULT_RENDERER_CLASSES": [
+        "rest_framework.renderers.JSONRenderer",
+        *(["rest_framework.renderers.BrowsableAPIRenderer"] if DEBUG else []),
+    ],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "queue_app.api.negotiation.JSONWhenNothingElseFits",
 }
+# A CSRF failure under /api/ answers in the API's JSON error shape.
+CSRF_FAILURE_VIEW = "queue_app.api.fallbacks.csrf_failure"
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Job queue API",
