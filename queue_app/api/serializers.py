@@ -200,6 +200,7 @@ class JobCreateSerializer(StrictSerializer):
             priority=data["priority"],
             queue=data["queue"],
             run_at=data.get("run_at"),
+            delay_seconds=data.get("delay_seconds"),
             max_attempts=data.get("max_attempts"),
             idempotency_key=data.get("idempotency_key"),
         )

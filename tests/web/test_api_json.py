@@ -7,34 +7,16 @@ DRF renders HTML for ``Accept: text/html`` when the browsable API is on.
 
 from __future__ import annotations
 
-import http.client
 import json
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.test import Client
-from rest_framework.authtoken.models import Token
 
 from queue_app.models import Job
+from tests.web.conftest import request
 from tests.web.server import PRODUCTION_ENV, running
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture(scope="module")
-def production_port(django_db_setup, django_db_blocker) -> int:
-    with django_db_blocker.unblock(), running("runweb") as port:
-        yield port
-
-
-@pytest.fixture
-def user():
-    return get_user_model().objects.create_user("json-user", password="unused-password")
-
-
-@pytest.fixture
-def token(user) -> str:
-    return Token.objects.create(user=user).key
 
 
 @pytest.fixture
@@ -44,16 +26,6 @@ def session_cookie(user, settings) -> str:
     client = Client()
     client.force_login(user)
     return f"sessionid={client.cookies['sessionid'].value}"
-
-
-def request(port: int, method: str, path: str, body: bytes | None = None, **headers: str):
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        connection.request(method, path, body=body, headers=headers)
-        response = connection.getresponse()
-        return response, response.read()
-    finally:
-        connection.close()
 
 
 def error_shape(response, content: bytes) -> dict:
