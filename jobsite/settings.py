@@ -16,9 +16,14 @@ import structlog
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 
-from jobsite import embedded
+from jobsite import embedded, envfile
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+
+# The checkout's .env (written by ./dev up) under the real environment; JOBSITE_ENV_FILE
+# names another file, or none when empty.
+if env_file := os.environ.get("JOBSITE_ENV_FILE", str(BASE_DIR / ".env")):
+    envfile.load(env_file)
 
 
 def _env_bool(name: str, default: bool) -> bool:
@@ -53,10 +58,8 @@ SECRET_KEY = os.environ.get("SECRET_KEY", "")
 if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured(
-            "SECRET_KEY must be set when DEBUG is off. For local development set "
-            "DEBUG=1 (a throwaway key is then used); in production set SECRET_KEY "
-            "to a long random string, e.g. from "
-            "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`."
+            "SECRET_KEY is not set and DEBUG is off: run ./dev up once (it writes .env with a key), "
+            "or set DEBUG=1 for development, or set SECRET_KEY to a long random string."
         )
     SECRET_KEY = "insecure-development-key-only-used-when-DEBUG-is-on"
 
