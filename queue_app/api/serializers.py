@@ -225,6 +225,16 @@ class JobSerializer(serializers.ModelSerializer):
     payload = PayloadField()
     result = ResultField()
     logs = serializers.HyperlinkedIdentityField(view_name="job-logs", help_text="The job's log trail.")
+    run_at = serializers.DateTimeField(
+        source="enqueued_at",
+        read_only=True,
+        help_text="When the job is (or was) due to run: the run_at or delay_seconds it was submitted"
+        " with, a retry's backoff end, else when it was submitted or retried by hand.",
+    )
+    next_retry_at = serializers.DateTimeField(
+        read_only=True,
+        help_text="Kept for older clients: run_at while the job waits for that time, else null.",
+    )
 
     class Meta:
         model = Job
@@ -237,6 +247,7 @@ class JobSerializer(serializers.ModelSerializer):
             "status",
             "attempts",
             "max_attempts",
+            "run_at",
             "next_retry_at",
             "created_at",
             "started_at",

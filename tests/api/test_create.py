@@ -19,6 +19,7 @@ JOB_FIELDS = {
     "status",
     "attempts",
     "max_attempts",
+    "run_at",
     "next_retry_at",
     "created_at",
     "started_at",
