@@ -308,7 +308,11 @@ class JobAdmin(HistoryAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
         # Payloads and results may be large; the list never shows them.
-        jobs = super().get_queryset(request).defer("payload", "result", "idempotency_fingerprint")
+        jobs = (
+            super()
+            .get_queryset(request)
+            .defer("payload", "result", "idempotency_fingerprint", "last_error_traceback")
+        )
         # Only the task path leaves the payload, for the type column of django.tasks jobs.
         return jobs.annotate(task_path=task_path_expression())
 
@@ -361,7 +365,16 @@ class JobAdmin(HistoryAdmin):
 
     @admin.display(description="last error")
     def error_text(self, job: Job) -> str:
-        return format_html('<pre class="job-error">{}</pre>', job.last_error) if job.last_error else "-"
+        if not job.last_error:
+            return "-"
+        if not job.last_error_traceback:
+            return format_html('<pre class="job-error">{}</pre>', job.last_error)
+        return format_html(
+            '<pre class="job-error">{}</pre><details class="job-traceback"><summary>Traceback</summary>'
+            '<pre class="job-error">{}</pre></details>',
+            job.last_error,
+            job.last_error_traceback,
+        )
 
     # --- actions: each job through its service, one transaction per job ---------------
 

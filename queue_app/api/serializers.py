@@ -235,6 +235,12 @@ class JobSerializer(serializers.ModelSerializer):
         read_only=True,
         help_text="Kept for older clients: run_at while the job waits for that time, else null.",
     )
+    last_error = serializers.CharField(
+        read_only=True, help_text="'ExceptionType: message' of the last failed attempt, else empty."
+    )
+    last_error_traceback = serializers.SerializerMethodField(
+        help_text="Its traceback; null unless the caller has the queue_app.view_job permission."
+    )
 
     class Meta:
         model = Job
@@ -253,11 +259,19 @@ class JobSerializer(serializers.ModelSerializer):
             "started_at",
             "completed_at",
             "last_error",
+            "last_error_traceback",
             "result",
             "idempotency_key",
             "logs",
         ]
         read_only_fields = fields
+
+    def get_last_error_traceback(self, job: Job) -> str | None:
+        """Server paths and source lines are for operators, not for every job owner."""
+        request = self.context.get("request")
+        if request is None or not request.user.has_perm("queue_app.view_job"):
+            return None
+        return job.last_error_traceback
 
 
 class BulkResultSerializer(serializers.Serializer):

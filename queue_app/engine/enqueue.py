@@ -248,6 +248,7 @@ def _created_job(planned: _Planned, owner, created_at: datetime) -> Job:
         "completed_at": None,
         "last_error": "",
         "last_error_class": "",
+        "last_error_traceback": "",
         "result": None,
         "idempotency_key": request.idempotency_key,
         "idempotency_fingerprint": planned.fingerprint,

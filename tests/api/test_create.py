@@ -25,6 +25,7 @@ JOB_FIELDS = {
     "started_at",
     "completed_at",
     "last_error",
+    "last_error_traceback",
     "result",
     "idempotency_key",
     "logs",
