@@ -242,6 +242,9 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "queue_app.api.negotiation.JSONWhenNothingElseFits",
 }
+# How many times the API runs an enqueue again after a deadlock or serialization failure
+# (a collision with a concurrent request, not an outage) before answering 409.
+API_TRANSACTION_RETRIES = _env_int("API_TRANSACTION_RETRIES", 3)
 # A CSRF failure under /api/ answers in the API's JSON error shape.
 CSRF_FAILURE_VIEW = "queue_app.api.fallbacks.csrf_failure"
 
