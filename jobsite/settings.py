@@ -14,10 +14,16 @@ from pathlib import Path
 import dj_database_url
 import structlog
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.csp import CSP
 
-from jobsite import embedded
+from jobsite import embedded, envfile
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+
+# The checkout's .env (written by ./dev up) under the real environment; JOBSITE_ENV_FILE
+# names another file, or none when empty.
+if env_file := os.environ.get("JOBSITE_ENV_FILE", str(BASE_DIR / ".env")):
+    envfile.load(env_file)
 
 
 def _env_bool(name: str, default: bool) -> bool:
@@ -52,10 +58,8 @@ SECRET_KEY = os.environ.get("SECRET_KEY", "")
 if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured(
-            "SECRET_KEY must be set when DEBUG is off. For local development set "
-            "DEBUG=1 (a throwaway key is then used); in production set SECRET_KEY "
-            "to a long random string, e.g. from "
-            "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`."
+            "SECRET_KEY is not set and DEBUG is off: run ./dev up once (it writes .env with a key), "
+            "or set DEBUG=1 for development, or set SECRET_KEY to a long random string."
         )
     SECRET_KEY = "insecure-development-key-only-used-when-DEBUG-is-on"
 
@@ -88,7 +92,27 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
+    "jobsite.headers.PermissionsPolicyMiddleware",
 ]
+
+# Content-Security-Policy (Django's own): scripts and styles only from this site's static
+# files or with the page's nonce (the dashboard's script, the API docs' inline style), no
+# plugins, no framing, forms post only here. Images may be data: URIs (the API docs' icons).
+SECURE_CSP = {
+    "default-src": [CSP.SELF],
+    "script-src": [CSP.SELF, CSP.NONCE],
+    "style-src": [CSP.SELF, CSP.NONCE],
+    "img-src": [CSP.SELF, "data:"],
+    "object-src": [CSP.NONE],
+    "base-uri": [CSP.NONE],
+    "frame-ancestors": [CSP.NONE],
+    "form-action": [CSP.SELF],
+}
+PERMISSIONS_POLICY = os.environ.get(
+    "PERMISSIONS_POLICY",
+    "camera=(), microphone=(), geolocation=(), payment=(), usb=()",
+)
 
 ROOT_URLCONF = "jobsite.urls"
 
@@ -102,6 +126,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "django.template.context_processors.csp",
             ],
         },
     },
@@ -220,7 +245,18 @@ REST_FRAMEWORK = {
     "NUM_PROXIES": _env_int("NUM_PROXIES", 0),
     # One JSON error shape for every error, QueueError subclasses included.
     "EXCEPTION_HANDLER": "queue_app.api.errors.exception_handler",
+    # JSON always; the browsable API (HTML) only for development.
+    "DEFAULT_RENDERER_CLASSES": [
+        "rest_framework.renderers.JSONRenderer",
+        *(["rest_framework.renderers.BrowsableAPIRenderer"] if DEBUG else []),
+    ],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "queue_app.api.negotiation.JSONWhenNothingElseFits",
 }
+# How many times the API runs an enqueue again after a deadlock or serialization failure
+# (a collision with a concurrent request, not an outage) before answering 409.
+API_TRANSACTION_RETRIES = _env_int("API_TRANSACTION_RETRIES", 3)
+# A CSRF failure under /api/ answers in the API's JSON error shape.
+CSRF_FAILURE_VIEW = "queue_app.api.fallbacks.csrf_failure"
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Job queue API",

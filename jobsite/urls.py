@@ -4,6 +4,9 @@ from django.contrib import admin
 from django.contrib.staticfiles.urls import staticfiles_urlpatterns
 from django.urls import include, path
 
+# No public site beside the admin and the API: no "View site" link to a page that does not exist.
+admin.site.site_url = None
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", include("queue_app.api.urls")),

@@ -35,7 +35,10 @@ class Job(models.Model):
     created_at = models.DateTimeField(db_default=Now())
     started_at = models.DateTimeField(null=True, blank=True)
     completed_at = models.DateTimeField(null=True, blank=True)
+    # "ExceptionType: message" of the last failed attempt: what the job's owner sees.
     last_error = models.TextField(blank=True, default="")
+    # Its traceback (server paths, source lines): for users with queue_app.view_job only.
+    last_error_traceback = models.TextField(blank=True, default="")
     # Import path of the exception class behind last_error ("" when no exception raised it).
     last_error_class = models.CharField(max_length=300, blank=True, default="")
     result = models.JSONField(null=True, blank=True)

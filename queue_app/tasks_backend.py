@@ -206,7 +206,9 @@ def _errors(job) -> list[TaskError]:
         return [TaskError(exception_class_path=CANCELLED_ERROR_CLASS, traceback="JobCancelled: cancelled\n")]
     if job.status != Status.FAILED:
         return []
-    return [TaskError(exception_class_path=job.last_error_class, traceback=job.last_error)]
+    # Jobs failed before the traceback had its own column kept it in last_error.
+    traceback = job.last_error_traceback or job.last_error
+    return [TaskError(exception_class_path=job.last_error_class, traceback=traceback)]
 
 
 def _worker_ids(job) -> list[str]:

@@ -28,6 +28,7 @@ from django.utils.html import format_html
 
 from queue_app import services
 from queue_app.admin import dashboard
+from queue_app.admin.changelist import GuardedChangeList
 from queue_app.admin.pagination import EstimatedCountPaginator
 from queue_app.admin.search import job_search_filter, log_search_filter, search_words
 from queue_app.conf import queue_settings
@@ -190,6 +191,9 @@ class HistoryAdmin(admin.ModelAdmin):
     show_facets = admin.ShowFacets.NEVER
     list_per_page = 100
 
+    def get_changelist(self, request, **kwargs):
+        return GuardedChangeList
+
     def has_add_permission(self, request, obj=None) -> bool:
         return False
 
@@ -246,13 +250,13 @@ class JobAdmin(HistoryAdmin):
         "status_badge",
         "priority",
         "attempts_of_max",
-        "created_at",
+        "created_short",
         "duration",
         "error_excerpt",
     )
     list_display_links = ("short_id",)
     # Only columns an index can order: sorting a million rows by anything else is a full sort.
-    sortable_by = ("short_id", "job_type", "status_badge", "created_at")
+    sortable_by = ("short_id", "job_type", "status_badge", "created_short")
     list_filter = (
         "status",
         JobTypeFilter,
@@ -304,7 +308,11 @@ class JobAdmin(HistoryAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
         # Payloads and results may be large; the list never shows them.
-        jobs = super().get_queryset(request).defer("payload", "result", "idempotency_fingerprint")
+        jobs = (
+            super()
+            .get_queryset(request)
+            .defer("payload", "result", "idempotency_fingerprint", "last_error_traceback")
+        )
         # Only the task path leaves the payload, for the type column of django.tasks jobs.
         return jobs.annotate(task_path=task_path_expression())
 
@@ -326,11 +334,19 @@ class JobAdmin(HistoryAdmin):
     def status_badge(self, job: Job) -> str:
         return status_badge(job.status)
 
+    @admin.display(description="created", ordering="created_at")
+    def created_short(self, job: Job) -> str:
+        """Compact, so the last-error column fits beside the sidebars; the exact time in its title."""
+        local = timezone.localtime(job.created_at)
+        return format_html(
+            '<span title="{}">{}</span>', precise_time(job.created_at), local.strftime("%m-%d %H:%M:%S")
+        )
+
     @admin.display(description="attempts")
     def attempts_of_max(self, job: Job) -> str:
         return f"{job.attempts}/{job.max_attempts}"
 
-    @admin.display(description="duration")
+    @admin.display(description="took")
     def duration(self, job: Job) -> str:
         """Of the last attempt: finished, or still running; a job queued again has none yet."""
         if job.started_at is None:
@@ -341,7 +357,7 @@ class JobAdmin(HistoryAdmin):
             return "-"
         return human_duration(job.completed_at - job.started_at)
 
-    @admin.display(description="last error")
+    @admin.display(description="error")
     def error_excerpt(self, job: Job) -> str:
         if not job.last_error:
             return ""
@@ -357,7 +373,16 @@ class JobAdmin(HistoryAdmin):
 
     @admin.display(description="last error")
     def error_text(self, job: Job) -> str:
-        return format_html('<pre class="job-error">{}</pre>', job.last_error) if job.last_error else "-"
+        if not job.last_error:
+            return "-"
+        if not job.last_error_traceback:
+            return format_html('<pre class="job-error">{}</pre>', job.last_error)
+        return format_html(
+            '<pre class="job-error">{}</pre><details class="job-traceback"><summary>Traceback</summary>'
+            '<pre class="job-error">{}</pre></details>',
+            job.last_error,
+            job.last_error_traceback,
+        )
 
     # --- actions: each job through its service, one transaction per job ---------------
 

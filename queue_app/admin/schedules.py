@@ -13,6 +13,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
 
+from queue_app.admin.changelist import GuardedChangeList
 from queue_app.engine.scheduling import ensure_schedule_states
 from queue_app.models import ScheduleState
 from queue_app.schedules import Schedule, ScheduleError, all_schedules
@@ -42,6 +43,9 @@ class ScheduleStateAdmin(admin.ModelAdmin):
     search_fields = ("name",)
     actions = ("pause_selected", "resume_selected")
     readonly_fields = ("name", "paused", "last_tick_at", "next_tick_at", "last_job", "created_at")
+
+    def get_changelist(self, request, **kwargs):
+        return GuardedChangeList
 
     def has_add_permission(self, request, obj=None) -> bool:
         return False

@@ -22,6 +22,7 @@ from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
+from queue_app.api.conflicts import is_transaction_conflict
 from queue_app.api.parsers import RequestTooLarge
 from queue_app.exceptions import JobsRejected, QueueError
 
@@ -169,6 +170,18 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         response = Response(error_body("conflict", "The request conflicts with existing data."), status=409)
     elif isinstance(exc, RecursionError):
         response = Response(error_body("invalid", "The input is nested too deeply."), status=400)
+    elif is_transaction_conflict(exc):
+        # Two requests' transactions collided (deadlock, serialization failure) and the
+        # retries ran out: nothing was written, and the same request may simply be sent again.
+        log.warning("api_transaction_conflict", error=f"{type(exc).__name__}: {exc}"[:300])
+        response = Response(
+            error_body(
+                "transaction_conflict",
+                "The request collided with a concurrent one and nothing was written; send it again.",
+            ),
+            status=409,
+            headers={"Retry-After": "1"},
+        )
     elif isinstance(exc, (OperationalError, InterfaceError, RedisError)):
         # A store outage: nothing was written (the request's transaction rolled back),
         # and the same request, retried with its idempotency key, is safe.

@@ -200,6 +200,7 @@ class JobCreateSerializer(StrictSerializer):
             priority=data["priority"],
             queue=data["queue"],
             run_at=data.get("run_at"),
+            delay_seconds=data.get("delay_seconds"),
             max_attempts=data.get("max_attempts"),
             idempotency_key=data.get("idempotency_key"),
         )
@@ -224,6 +225,22 @@ class JobSerializer(serializers.ModelSerializer):
     payload = PayloadField()
     result = ResultField()
     logs = serializers.HyperlinkedIdentityField(view_name="job-logs", help_text="The job's log trail.")
+    run_at = serializers.DateTimeField(
+        source="enqueued_at",
+        read_only=True,
+        help_text="When the job is (or was) due to run: the run_at or delay_seconds it was submitted"
+        " with, a retry's backoff end, else when it was submitted or retried by hand.",
+    )
+    next_retry_at = serializers.DateTimeField(
+        read_only=True,
+        help_text="Kept for older clients: run_at while the job waits for that time, else null.",
+    )
+    last_error = serializers.CharField(
+        read_only=True, help_text="'ExceptionType: message' of the last failed attempt, else empty."
+    )
+    last_error_traceback = serializers.SerializerMethodField(
+        help_text="Its traceback; null unless the caller has the queue_app.view_job permission."
+    )
 
     class Meta:
         model = Job
@@ -236,16 +253,25 @@ class JobSerializer(serializers.ModelSerializer):
             "status",
             "attempts",
             "max_attempts",
+            "run_at",
             "next_retry_at",
             "created_at",
             "started_at",
             "completed_at",
             "last_error",
+            "last_error_traceback",
             "result",
             "idempotency_key",
             "logs",
         ]
         read_only_fields = fields
+
+    def get_last_error_traceback(self, job: Job) -> str | None:
+        """Server paths and source lines are for operators, not for every job owner."""
+        request = self.context.get("request")
+        if request is None or not request.user.has_perm("queue_app.view_job"):
+            return None
+        return job.last_error_traceback
 
 
 class BulkResultSerializer(serializers.Serializer):

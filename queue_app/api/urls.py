@@ -1,19 +1,13 @@
 """Routes under /api/: jobs, stats, health, the OpenAPI schema and its Swagger UI."""
 
-from django.http import HttpRequest, JsonResponse
 from django.urls import include, path, re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.permissions import AllowAny
 from rest_framework.routers import SimpleRouter
 
 from queue_app.api import schema  # noqa: F401 - registers the schema extensions
-from queue_app.api.errors import error_body
+from queue_app.api.fallbacks import api_root, not_found
 from queue_app.api.views import HealthView, JobViewSet, StatsView
-
-
-def not_found(request: HttpRequest) -> JsonResponse:
-    return JsonResponse(error_body("not_found", "Not found."), status=404)
-
 
 router = SimpleRouter()
 router.register("jobs", JobViewSet, basename="job")
@@ -22,14 +16,22 @@ router.register("jobs", JobViewSet, basename="job")
 public = {"authentication_classes": [], "permission_classes": [AllowAny]}
 
 urlpatterns = [
+    path("", api_root, name="api-root"),
     *router.urls,
     path("stats/", StatsView.as_view(), name="stats"),
     path("health/", HealthView.as_view(), name="health"),
     path("schema/", SpectacularAPIView.as_view(**public), name="schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="schema", **public), name="docs"),
+    # The split view serves its start-up script from ?script: no inline script for the CSP to allow.
+    path(
+        "docs/",
+        SpectacularSwaggerSplitView.as_view(
+            url_name="schema", template_name="queue_app/swagger_ui.html", **public
+        ),
+        name="docs",
+    ),
     # Log-in/out pages for session authentication in a browser (browsable API, Swagger UI).
     path("auth/", include("rest_framework.urls")),
-    # Anything else under /api/ (ending in a slash, so APPEND_SLASH still redirects
-    # the rest) is a JSON 404 too, not Django's HTML page.
-    re_path(r"^.*/$", not_found),
+    # Anything else under /api/ is a JSON 404 (or, missing its final slash, a JSON 308)
+    # instead of Django's HTML page or APPEND_SLASH's empty redirect.
+    re_path(r"^.*$", not_found),
 ]

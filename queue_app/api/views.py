@@ -27,6 +27,7 @@ from rest_framework.views import APIView
 from queue_app import services
 from queue_app.api import health, stats
 from queue_app.api.auth_failures import LimitedTokenAuthentication
+from queue_app.api.conflicts import retry_transaction_conflicts
 from queue_app.api.errors import BulkRejected, clean, exception_handler, item_error, queue_item_error
 from queue_app.api.filters import JobFilter
 from queue_app.api.pagination import JobLogPagination, JobPagination
@@ -147,7 +148,9 @@ class JobViewSet(QueueAPIDefaults, mixins.ListModelMixin, mixins.RetrieveModelMi
         job_request = serializer.job_request()
         job_request.idempotency_key = self._idempotency_key(request, job_request.idempotency_key)
         try:
-            job = services.enqueue_jobs([job_request], owner=request.user)[0]
+            job = retry_transaction_conflicts(
+                lambda: services.enqueue_jobs([job_request], owner=request.user)
+            )[0]
         except JobsRejected as rejected:
             raise rejected.errors[0] from None  # one job: its own error, not a bulk rejection
         if not job.was_created:
@@ -199,7 +202,7 @@ class JobViewSet(QueueAPIDefaults, mixins.ListModelMixin, mixins.RetrieveModelMi
                 failures += [queue_item_error(error, positions[error.index]) for error in rejected.errors]
             raise BulkRejected(failures, len(items))
         try:
-            jobs = services.enqueue_jobs(requests, owner=request.user)
+            jobs = retry_transaction_conflicts(lambda: services.enqueue_jobs(requests, owner=request.user))
         except JobsRejected as rejected:
             raise BulkRejected([queue_item_error(error) for error in rejected.errors], len(items)) from None
         created = any(job.was_created for job in jobs)

@@ -33,7 +33,11 @@ def estimated_count(queryset: QuerySet) -> int:
             row = cursor.fetchone()
         # -1: never analysed, so no estimate; the caller then counts.
         return max(int(row[0]), 0) if row else 0
-    plan = json.loads(queryset.order_by().explain(format="json"))
+    explained = queryset.order_by().explain(format="json")
+    if not explained:
+        # Django runs no EXPLAIN for a filter that can match nothing (``id__in=[]``).
+        return 0
+    plan = json.loads(explained)
     if isinstance(plan, list):
         plan = plan[0]
     return int(plan["Plan"]["Plan Rows"])

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import structlog
@@ -60,9 +60,21 @@ class JobRequest:
     idempotency_key: str | None = None
     # The django.tasks backend alias enqueuing it, if any.
     backend: str = ""
+    # The delay as asked for (run_at then holds the start it gave): a retry of the same
+    # request, with the same delay, must match the first one's fingerprint.
+    delay_seconds: float | None = None
 
     def fingerprint(self) -> str:
-        body = [self.type, self.payload, self.priority, self.queue, self.max_attempts]
+        """Same fingerprint = same request; another schedule is another request.
+
+        An unscheduled request hashes what it did before schedules counted,
+        so keys stored earlier still match their repeats.
+        """
+        body: list[Any] = [self.type, self.payload, self.priority, self.queue, self.max_attempts]
+        if self.delay_seconds is not None:
+            body.append({"delay_seconds": self.delay_seconds})
+        elif self.run_at is not None:
+            body.append({"run_at": self.run_at.astimezone(UTC).isoformat()})
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
@@ -237,6 +249,7 @@ def _created_job(planned: _Planned, owner, created_at: datetime) -> Job:
         "completed_at": None,
         "last_error": "",
         "last_error_class": "",
+        "last_error_traceback": "",
         "result": None,
         "idempotency_key": request.idempotency_key,
         "idempotency_fingerprint": planned.fingerprint,

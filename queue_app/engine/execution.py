@@ -157,10 +157,27 @@ def retry_delay(attempt: int, *, base: float, cap: float) -> float:
     return random.uniform(delay / 2, delay)
 
 
-def fail_job(job_id: str, fence: int, error: str, *, retry: bool = True, error_class: str = "") -> str | None:
+def error_summary(exc: BaseException) -> str:
+    """'ExceptionType: message', what a job's owner is shown of its failure."""
+    message = str(exc)
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def fail_job(
+    job_id: str,
+    fence: int,
+    error: str,
+    *,
+    retry: bool = True,
+    error_class: str = "",
+    traceback: str = "",
+) -> str | None:
     """Record a failed attempt: back to queued after a backoff, or failed when none are left.
 
-    ``error_class`` is the import path of the exception that failed it, if one did.
+    ``error`` is the summary ('ExceptionType: message'); ``error_class`` the
+    import path of the exception that failed it and ``traceback`` its
+    traceback, if one did. The traceback stays on the job, out of the log
+    rows, so the trail does not repeat it for every attempt.
 
     Returns the new status, or None when the fence rejected the write.
     """
@@ -173,6 +190,7 @@ def fail_job(job_id: str, fence: int, error: str, *, retry: bool = True, error_c
         "message": error[:2000],
         "error": error[:10_000],
         "error_class": error_class[:300],
+        "traceback": traceback[:50_000],
     }
     with transaction.atomic():
         attempt = selectors.running_attempt(job_id, fence)

@@ -456,10 +456,14 @@ class Worker:
             # failure too: letting them end the process would hand the job back uncounted,
             # to be claimed again forever (a poison job).
             retry = not isinstance(exc, spec.give_up_on)
-            # The full traceback, as traceback.format_exc() gives it (django.tasks reads it).
+            # The summary for the owner; the traceback (django.tasks reads it) kept beside it.
             error_class = f"{type(exc).__module__}.{type(exc).__qualname__}"
             self._settle_failure(
-                job, "".join(traceback.format_exception(exc)), retry=retry, error_class=error_class
+                job,
+                execution.error_summary(exc),
+                retry=retry,
+                error_class=error_class,
+                error_traceback="".join(traceback.format_exception(exc)),
             )
         else:
             if outcome is not None:
@@ -497,12 +501,16 @@ class Worker:
     def _check_result(result: Any) -> None:
         check_json(result, field="result", max_bytes=MAX_RESULT_BYTES, max_depth=64)
 
-    def _settle_failure(self, job: ClaimedJob, error: str, *, retry: bool, error_class: str = "") -> None:
+    def _settle_failure(
+        self, job: ClaimedJob, error: str, *, retry: bool, error_class: str = "", error_traceback: str = ""
+    ) -> None:
         # The handler may have closed or broken this process's connection; the failure
         # must still be written, so start from a working one.
         if connection.connection is not None and not connection.is_usable():
             connection.close()
-        execution.fail_job(job.id, job.fence, error, retry=retry, error_class=error_class)
+        execution.fail_job(
+            job.id, job.fence, error, retry=retry, error_class=error_class, traceback=error_traceback
+        )
         self.held.pop(job.id, None)
 
     def _hand_back(self, job: ClaimedJob, reason: str) -> None:

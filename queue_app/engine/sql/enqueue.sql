@@ -9,10 +9,10 @@
 -- A key already taken inserts nothing (the caller looks the job up).
 WITH job AS (
     INSERT INTO jobs (id, type, queue, payload, priority, status, attempts, max_attempts,
-                      next_retry_at, enqueued_at, last_error, last_error_class, idempotency_key,
+                      next_retry_at, enqueued_at, last_error, last_error_class, last_error_traceback, idempotency_key,
                       idempotency_fingerprint, owner_id, worker_id, backend)
     VALUES (%(id)s, %(type)s, %(queue)s, %(payload)s::jsonb, %(priority)s, %(status)s, 0, %(max_attempts)s,
-            %(next_retry_at)s, %(enqueued_at)s, '', '', %(idempotency_key)s,
+            %(next_retry_at)s, %(enqueued_at)s, '', '', '', %(idempotency_key)s,
             %(fingerprint)s, %(owner_id)s, '', %(backend)s)
         ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, created_at
@@ -43,10 +43,10 @@ WITH request AS (
                 action text, score float8)
 ), job AS (
     INSERT INTO jobs (id, type, queue, payload, priority, status, attempts, max_attempts,
-                      next_retry_at, enqueued_at, last_error, last_error_class, idempotency_key,
+                      next_retry_at, enqueued_at, last_error, last_error_class, last_error_traceback, idempotency_key,
                       idempotency_fingerprint, owner_id, worker_id, backend)
     SELECT id, type, queue, payload::jsonb, priority, %(status)s, 0, max_attempts,
-           next_retry_at, enqueued_at, '', '', idempotency_key,
+           next_retry_at, enqueued_at, '', '', '', idempotency_key,
            fingerprint, %(owner_id)s, '', backend
       FROM request
      ORDER BY idempotency_key NULLS LAST, position

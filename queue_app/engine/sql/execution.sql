@@ -26,7 +26,7 @@ WITH input AS (
 ), done AS (
     UPDATE jobs
        SET status = %(target)s, result = input.result, completed_at = now(),
-           last_error = '', last_error_class = '', worker_id = '', lease_expires_at = NULL
+           last_error = '', last_error_class = '', last_error_traceback = '', worker_id = '', lease_expires_at = NULL
       FROM input
      WHERE jobs.id = input.id AND jobs.status = ANY(%(sources)s) AND jobs.fence = input.fence
  RETURNING jobs.id, jobs.attempts
@@ -46,7 +46,8 @@ UPDATE jobs
        enqueued_at = CASE WHEN attempts < max_attempts
                           THEN now() + make_interval(secs => %(delay)s) ELSE enqueued_at END,
        completed_at = CASE WHEN attempts < max_attempts THEN NULL ELSE now() END,
-       last_error = %(error)s, last_error_class = %(error_class)s, worker_id = '', lease_expires_at = NULL
+       last_error = %(error)s, last_error_class = %(error_class)s, last_error_traceback = '',
+       worker_id = '', lease_expires_at = NULL
  WHERE id IN (SELECT id FROM jobs
                WHERE status = ANY(%(sources)s) AND lease_expires_at < now()
                ORDER BY lease_expires_at

@@ -10,7 +10,8 @@
 UPDATE jobs
    SET status = %(target)s, next_retry_at = now() + make_interval(secs => %(delay)s),
        enqueued_at = now() + make_interval(secs => %(delay)s), completed_at = NULL,
-       last_error = %(error)s, last_error_class = %(error_class)s, worker_id = '', lease_expires_at = NULL
+       last_error = %(error)s, last_error_class = %(error_class)s, last_error_traceback = %(traceback)s,
+       worker_id = '', lease_expires_at = NULL
  WHERE id = %(id)s AND status = ANY(%(sources)s) AND fence = %(fence)s
    AND attempts < max_attempts
 RETURNING id, status, attempts, queue, priority, enqueued_at, next_retry_at
@@ -19,7 +20,8 @@ RETURNING id, status, attempts, queue, priority, enqueued_at, next_retry_at
 -- A failed attempt that is not retried: failed for good.
 UPDATE jobs
    SET status = %(target)s, next_retry_at = NULL, completed_at = now(),
-       last_error = %(error)s, last_error_class = %(error_class)s, worker_id = '', lease_expires_at = NULL
+       last_error = %(error)s, last_error_class = %(error_class)s, last_error_traceback = %(traceback)s,
+       worker_id = '', lease_expires_at = NULL
  WHERE id = %(id)s AND status = ANY(%(sources)s) AND fence = %(fence)s
 RETURNING id, status, attempts, queue, priority, enqueued_at, next_retry_at
 
