@@ -25,10 +25,13 @@ WITH clock AS MATERIALIZED (
 ), buckets AS (
     SELECT q.name, q.paused, q.concurrency_limit, q.rate_limit,
            q.name = ANY(%(exclusive)s) AS locked,
-           least(greatest(1, q.rate_limit),
-                 coalesce(q.rate_tokens, greatest(1, q.rate_limit))
-                 + q.rate_limit * greatest(0, extract(epoch FROM clock.at - coalesce(q.rate_updated_at, clock.at))))
-               AS tokens
+           -- NULL without a rate limit (least/greatest skip NULLs, hence the CASE).
+           CASE WHEN q.rate_limit IS NOT NULL THEN
+               least(greatest(1, q.rate_limit),
+                     coalesce(q.rate_tokens, greatest(1, q.rate_limit))
+                     + q.rate_limit
+                       * greatest(0, extract(epoch FROM clock.at - coalesce(q.rate_updated_at, clock.at))))
+           END AS tokens
       FROM job_queues q, clock
      WHERE q.name IN (SELECT queue FROM candidates) OR q.name = ANY(%(exclusive)s)
 ), budgets AS (
