@@ -6,14 +6,14 @@ from queue_app import services
 from queue_app.conf import queue_settings
 
 
-def _limit(value: str, kind):
+def _limit(value: str, kind, option: str):
     """A limit from the command line: a number, or "none" to remove it."""
     if value.lower() == "none":
         return None
     try:
         return kind(value)
     except ValueError:
-        raise CommandError(f"expected a number or 'none', not {value!r}") from None
+        raise CommandError(f"{option}: expected a number or 'none', not {value!r}") from None
 
 
 class Command(BaseCommand):
@@ -50,8 +50,8 @@ class Command(BaseCommand):
                     name,
                     concurrency_limit=current.concurrency_limit
                     if concurrency is None
-                    else _limit(concurrency, int),
-                    rate_limit=current.rate_limit if rate is None else _limit(rate, float),
+                    else _limit(concurrency, int, "--concurrency"),
+                    rate_limit=current.rate_limit if rate is None else _limit(rate, float, "--rate"),
                 )
             except services.InvalidQueueControl as exc:
                 option = "--concurrency" if exc.field == "concurrency_limit" else "--rate"
