@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import redis
 import structlog
 from django.db import connection, transaction
 from django.db.models.functions import Now
@@ -84,7 +83,7 @@ def resume_queue(name: str) -> QueueControls:
     log.info("queue_resumed", queue=name)
     try:
         broker.wake(broker.get_client(), name)
-    except redis.RedisError as exc:
+    except broker.REDIS_ERRORS as exc:
         # Idle workers look at the queue again within WORKER_POLL_SECONDS anyway.
         log.warning("queue_resume_wake_failed", queue=name, error=str(exc)[:300])
     return controls
