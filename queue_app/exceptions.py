@@ -83,3 +83,15 @@ class JobCancelled(Exception):
 
 class WorkerShutdown(BaseException):
     """Raised inside a handler still running when the shutdown grace period ends."""
+
+
+class UnknownQueue(QueueError):
+    """The name is not one of JOBQUEUE['QUEUES']."""
+
+    code = "unknown_queue"
+
+
+class InvalidQueueControl(QueueError):
+    """A queue control value is out of range (``field`` names it)."""
+
+    code = "invalid"

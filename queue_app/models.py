@@ -1,4 +1,4 @@
-"""PostgreSQL is the record: jobs, their log trail, and the outbox of Redis intents."""
+"""PostgreSQL is the record: jobs, their log trail, the outbox of Redis intents, queue controls."""
 
 import uuid
 
@@ -73,6 +73,12 @@ class Job(models.Model):
                 fields=["next_retry_at"],
                 name="idx_jobs_next_retry_at",
                 condition=models.Q(next_retry_at__isnull=False),
+            ),
+            # A claim on a queue with a concurrency limit counts the queue's processing jobs.
+            models.Index(
+                fields=["queue"],
+                name="idx_jobs_processing_queue",
+                condition=models.Q(status="processing"),
             ),
         ]
         constraints = [
@@ -168,6 +174,43 @@ class ScheduleState(models.Model):
     class Meta:
         db_table = "job_schedules"
         ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class QueueState(models.Model):
+    """The controls of one queue, shared by every worker: pause, concurrency and rate limits.
+
+    Read by the claim statement itself (engine/sql/execution.sql), so a pause or
+    a limit holds across every worker host from the moment it commits. The
+    ``rate_tokens``/``rate_updated_at`` pair is the rate limit's token bucket,
+    spent by the claims under the queue's advisory lock.
+    """
+
+    name = models.CharField(max_length=100, primary_key=True)
+    paused = models.BooleanField(default=False)
+    # At most this many of the queue's jobs processing at once (claimed and not settled); NULL = no limit.
+    concurrency_limit = models.PositiveIntegerField(null=True, blank=True)
+    # At most this many claims per second (burst: one second's worth, at least 1); NULL = no limit.
+    rate_limit = models.FloatField(null=True, blank=True)
+    rate_tokens = models.FloatField(null=True, blank=True, editable=False)
+    rate_updated_at = models.DateTimeField(null=True, blank=True, editable=False)
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "job_queues"
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(concurrency_limit__isnull=True) | models.Q(concurrency_limit__gte=1),
+                name="ck_job_queues_concurrency_limit",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(rate_limit__isnull=True) | models.Q(rate_limit__gt=0),
+                name="ck_job_queues_rate_limit",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.name

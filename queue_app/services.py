@@ -1,6 +1,7 @@
 """The public Python API: what application code imports.
 
     from queue_app.services import enqueue_job, cancel_job, retry_job, job_handler
+    from queue_app.services import pause_queue, resume_queue, set_queue_limits
 
 Everything here joins the caller's transaction: a job enqueued inside
 ``transaction.atomic()`` exists (and will run) only if that block commits.
@@ -9,6 +10,13 @@ The engine's internals (claims, completions, leases) live in
 """
 
 from queue_app.engine.actions import cancel_job, reenqueue_job, retry_job
+from queue_app.engine.controls import (
+    QueueControls,
+    pause_queue,
+    queue_controls,
+    resume_queue,
+    set_queue_limits,
+)
 from queue_app.engine.enqueue import (
     LATEST_RUN_AT,
     MAX_ATTEMPTS_LIMIT,
@@ -22,12 +30,14 @@ from queue_app.exceptions import (
     IdempotencyConflict,
     IdempotencyKeyInUse,
     InvalidJob,
+    InvalidQueueControl,
     JobNotFound,
     JobsRejected,
     PayloadTooLarge,
     QueueError,
     TransitionNotAllowed,
     UnknownJobType,
+    UnknownQueue,
 )
 from queue_app.handlers import current_job, job_handler
 from queue_app.schedules import periodic
@@ -38,21 +48,28 @@ __all__ = [
     "IdempotencyConflict",
     "IdempotencyKeyInUse",
     "InvalidJob",
+    "InvalidQueueControl",
     "JobNotFound",
     "JobRequest",
     "JobsRejected",
     "PayloadTooLarge",
+    "QueueControls",
     "QueueError",
     "TransitionNotAllowed",
     "UnknownJobType",
+    "UnknownQueue",
     "cancel_job",
     "check_run_at",
     "current_job",
     "enqueue_job",
     "enqueue_jobs",
     "job_handler",
+    "pause_queue",
     "periodic",
+    "queue_controls",
     "reenqueue_job",
+    "resume_queue",
     "retry_job",
+    "set_queue_limits",
     "validate_jobs",
 ]

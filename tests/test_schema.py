@@ -1,4 +1,5 @@
-"""The migrations yield exactly the original system's index set on the job table."""
+"""The migrations yield exactly the original system's index set on the job table, plus the
+one index a query of ours needs (the claim's count of a limited queue's processing jobs)."""
 
 import pytest
 from django.db import connection
@@ -20,7 +21,11 @@ def test_job_table_has_exactly_the_original_indexes():
         "idx_jobs_created_at",
         "idx_jobs_next_retry_at",
         "uq_jobs_idempotency_key",
+        "idx_jobs_processing_queue",
     }
+    assert indexes["idx_jobs_processing_queue"].endswith(
+        "USING btree (queue) WHERE ((status)::text = 'processing'::text)"
+    )
     assert "UNIQUE" in indexes["jobs_pkey"]
     assert indexes["idx_jobs_status"].endswith("USING btree (status)")
     assert indexes["idx_jobs_type"].endswith("USING btree (type)")

@@ -518,4 +518,5 @@ class OutboxMessageAdmin(HistoryAdmin):
         return human_duration(message.dispatched_at - message.created_at)
 
 
+from queue_app.admin import queues as _queues  # noqa: E402,F401  (registers the queue list)
 from queue_app.admin import schedules as _schedules  # noqa: E402,F401  (registers the schedule list)

@@ -33,6 +33,7 @@ STATUS_BY_CODE = {
     "invalid": 400,
     "unknown_type": 400,
     "not_found": 404,
+    "unknown_queue": 404,
     "conflict": 409,
     "idempotency_key_in_use": 409,
     "payload_too_large": 413,

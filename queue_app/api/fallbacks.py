@@ -43,7 +43,14 @@ def _is_api_view(path: str) -> bool:
 
 def api_root(request: HttpRequest) -> JsonResponse:
     """GET /api/: where the resources are; no authentication (it shows no data)."""
-    names = {"jobs": "job-list", "stats": "stats", "health": "health", "schema": "schema", "docs": "docs"}
+    names = {
+        "jobs": "job-list",
+        "queues": "queue-list",
+        "stats": "stats",
+        "health": "health",
+        "schema": "schema",
+        "docs": "docs",
+    }
     return JsonResponse({name: request.build_absolute_uri(reverse(view)) for name, view in names.items()})
 
 

@@ -1,4 +1,4 @@
-"""Routes under /api/: jobs, stats, health, the OpenAPI schema and its Swagger UI."""
+"""Routes under /api/: jobs, queues, stats, health, the OpenAPI schema and its Swagger UI."""
 
 from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
@@ -7,10 +7,12 @@ from rest_framework.routers import SimpleRouter
 
 from queue_app.api import schema  # noqa: F401 - registers the schema extensions
 from queue_app.api.fallbacks import api_root, not_found
+from queue_app.api.queues import QueueViewSet
 from queue_app.api.views import HealthView, JobViewSet, StatsView
 
 router = SimpleRouter()
 router.register("jobs", JobViewSet, basename="job")
+router.register("queues", QueueViewSet, basename="queue")
 
 # The schema and its docs are public; a stale or wrong token must not lock them.
 public = {"authentication_classes": [], "permission_classes": [AllowAny]}

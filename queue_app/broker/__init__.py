@@ -45,11 +45,13 @@ from queue_app.broker.ready import (
     acknowledge,
     apply,
     depths,
+    put_back,
     ready_heads,
     reserve,
     return_expired,
     take_due,
     wait_for_work,
+    wake,
 )
 from queue_app.broker.repair import (
     Lookup,
@@ -99,6 +101,7 @@ __all__ = [
     "priority_score",
     "prune_list",
     "prune_sorted_set",
+    "put_back",
     "ready_heads",
     "ready_key",
     "ready_score",
@@ -113,5 +116,6 @@ __all__ = [
     "snapshot_list",
     "take_due",
     "wait_for_work",
+    "wake",
     "wake_key",
 ]

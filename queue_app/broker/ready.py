@@ -65,6 +65,13 @@ def _wake(pipe, queue: str) -> None:
     pipe.ltrim(wake_key(queue), 0, 0)
 
 
+def wake(client: redis.Redis, queue: str) -> None:
+    """Leave a wake token for the queue (e.g. when it is resumed)."""
+    pipe = client.pipeline(transaction=False)
+    _wake(pipe, queue)
+    pipe.execute()
+
+
 def _remove_ready(pipe, queue: str, job_id: str) -> None:
     pipe.zrem(priority_key(queue), job_id)
     pipe.lrem(fifo_key(queue), 0, job_id)
@@ -130,6 +137,37 @@ def acknowledge(client: redis.Redis, popped: dict[str, list[str]]) -> None:
             pipe.zrem(inflight_key(queue), *ids)
             pipe.hdel(inflight_scores_key(queue), *ids)
     pipe.execute()
+
+
+# Puts the given in-flight ids back where they were popped from (a FIFO id at
+# the head of its list, in its order; a priority id with its old score), without
+# a wake token: the queue is paused or full, so waking a worker would only spin.
+# An id no longer in flight (a sweep already returned it) is left alone.
+_PUT_BACK = """
+local moved = 0
+for i = #ARGV, 2, -1 do
+  local id = ARGV[i]
+  if redis.call('ZREM', KEYS[2], id) == 1 then
+    moved = moved + 1
+    local score = redis.call('HGET', KEYS[3], id)
+    redis.call('HDEL', KEYS[3], id)
+    if ARGV[1] == '1' then
+      redis.call('LPUSH', KEYS[1], id)
+    else
+      redis.call('ZADD', KEYS[1], score or 0, id)
+    end
+  end
+end
+return moved
+"""
+
+
+def put_back(client: redis.Redis, queue: str, fifo: bool, ids: Sequence[str]) -> int:
+    """Return popped ids the claim held back (paused or full queue) to their place in line."""
+    if not ids:
+        return 0
+    keys = (ready_key(queue, fifo), inflight_key(queue), inflight_scores_key(queue))
+    return client.eval(_PUT_BACK, 3, *keys, "1" if fifo else "0", *ids)
 
 
 def wait_for_work(client: redis.Redis, queues: Sequence[str], timeout: float) -> bool:

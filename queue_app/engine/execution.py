@@ -18,6 +18,7 @@ from django.db import connection, transaction
 
 from queue_app.conf import queue_settings
 from queue_app.engine import selectors, sql
+from queue_app.engine.controls import QUEUE_LOCK_CLASS
 from queue_app.engine.transitions import (
     TransitionedJob,
     apply_transition,
@@ -43,42 +44,83 @@ class ClaimedJob:
     fence: int
 
 
-def claim_jobs(ids: Sequence[str], *, worker_id: str) -> list[ClaimedJob]:
-    """Compare-and-set claim of popped ids in one statement; others are logged and dropped.
+@dataclass(frozen=True)
+class Claim:
+    """What a claim took, and the queued ids its queue's controls held back (paused, full
+    or out of rate tokens): the caller puts those back in line."""
 
-    Two workers claiming one id: the second UPDATE waits for the first's row
-    lock, re-checks ``status = 'queued'`` and skips the row.
+    jobs: list[ClaimedJob]
+    held_back: dict[str, list[str]]  # queue -> ids, in pop order
+
+
+def claim_jobs(ids: Sequence[str], *, worker_id: str) -> list[ClaimedJob]:
+    """Compare-and-set claim of popped ids in one statement; others are logged and dropped."""
+    return claim(ids, worker_id=worker_id).jobs
+
+
+def claim(ids: Sequence[str], *, worker_id: str, queues: dict[str, bool] | None = None) -> Claim:
+    """Claim popped ids, honouring their queues' controls (pause, concurrency and rate limits).
+
+    ``queues``: the queues of the ids -> whether the caller believes the queue
+    has a limit (its claims then take the queue's lock exclusively); looked up
+    when not given. A limited queue the caller did not know about gets nothing
+    this time (its ids come back as held back). Two workers claiming one id: the
+    second UPDATE waits for the first's row lock, re-checks ``status = 'queued'``
+    and skips the row.
     """
     if not ids:
-        return []
+        return Claim([], {})
     lease = queue_settings().LEASE_SECONDS
     valid_ids = [str(pk) for pk in selectors.valid_ids(ids)]
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+        if queues is None:
+            cursor.execute(sql.query("claim_queues"), {"ids": valid_ids})
+            queues = dict(cursor.fetchall())
+        names = sorted(queues)
+        # Its own statement: the claim's snapshot must be taken after the locks are granted.
+        cursor.execute(
+            sql.query("lock_queues_for_claim"),
+            {"lock_class": QUEUE_LOCK_CLASS, "queues": names, "exclusive": [queues[n] for n in names]},
+        )
         cursor.execute(
             sql.query("claim_jobs"),
-            {"ids": valid_ids, "worker": worker_id, "lease": lease, **table_params("claim")},
+            {
+                "ids": valid_ids,
+                "worker": worker_id,
+                "lease": lease,
+                "exclusive": [name for name in names if queues[name]],
+                **table_params("claim"),
+            },
         )
         rows = cursor.fetchall()
+    held_back: dict[str, list[str]] = {}
     # Run in pop order (priority, then age); RETURNING order is unspecified.
     position = {job_id: index for index, job_id in enumerate(valid_ids)}
     rows.sort(key=lambda row: position[str(row[0])])
-    claimed = [
-        ClaimedJob(
-            id=str(row[0]),
-            type=row[1],
-            queue=row[2],
-            payload=json.loads(row[3]) if isinstance(row[3], str) else row[3],
-            attempt=row[4],
-            max_attempts=row[5],
-            fence=row[6],
+    claimed = []
+    for row in rows:
+        if not row[7]:
+            held_back.setdefault(row[2], []).append(str(row[0]))
+            continue
+        claimed.append(
+            ClaimedJob(
+                id=str(row[0]),
+                type=row[1],
+                queue=row[2],
+                payload=json.loads(row[3]) if isinstance(row[3], str) else row[3],
+                attempt=row[4],
+                max_attempts=row[5],
+                fence=row[6],
+            )
         )
-        for row in rows
-    ]
     if claimed:
         log.info("jobs_claimed", count=len(claimed), worker=worker_id)
-    if len(claimed) < len(set(ids)):
-        _log_unclaimed(set(ids) - {job.id for job in claimed})
-    return claimed
+    if held_back:
+        log.debug("jobs_held_back_by_queue_controls", queues={q: len(v) for q, v in held_back.items()})
+    settled = {job.id for job in claimed} | {job_id for v in held_back.values() for job_id in v}
+    if len(settled) < len(set(ids)):
+        _log_unclaimed(set(ids) - settled)
+    return Claim(claimed, held_back)
 
 
 def mark_started(job_id: str, fence: int) -> None:

@@ -27,7 +27,7 @@ from django.db import DatabaseError, connection, transaction
 
 from queue_app import broker
 from queue_app.conf import queue_settings
-from queue_app.engine import execution, selectors
+from queue_app.engine import controls, execution, selectors
 from queue_app.engine.execution import ClaimedJob, Completion
 from queue_app.exceptions import JobTimeLimitExceeded, LeaseLost, QueueError, WorkerShutdown
 from queue_app.handlers import HandlerSpec, _current_job, get_handler
@@ -45,6 +45,12 @@ START_SLACK_SECONDS = 0.1
 # How often the heartbeat thread looks for a batch to release (WORKER_RELEASE_AFTER_SECONDS).
 RELEASE_CHECK_SECONDS = 0.1
 MAX_RESULT_BYTES = 10 * 1024 * 1024
+# How often a worker re-reads its queues' controls (pause, limits) for its pops. The
+# claim reads them itself, so a stale view costs a put-back, never a wrong claim.
+CONTROLS_REFRESH_SECONDS = 1.0
+# How long a worker leaves a queue alone after its claim held ids back because the
+# queue was full (concurrency limit): its running jobs need time to finish.
+HELD_BACK_PAUSE_SECONDS = 0.1
 
 
 class _Fenced(Exception):
@@ -102,6 +108,10 @@ class Worker:
         # Smoothed seconds per job in this process: sizes the next claim.
         self._seconds_per_job: float | None = None
         self._next_queue = 0
+        self._controls: dict[str, controls.QueueControls] = {}
+        self._controls_read_at = float("-inf")
+        # queue -> monotonic time before which this worker does not pop it (held back).
+        self._held_until: dict[str, float] = {}
         self._fault = fault_point_handler()
         self.current: ClaimedJob | None = None
         self.soft_deadline: float | None = None
@@ -219,12 +229,13 @@ class Worker:
             self._hand_back_unstarted("not started: a store error interrupted its batch")
         client = broker.get_client()
         self._upkeep(client)
+        self._refresh_controls()
         popped = self._reserve(client)
         if not popped:
             self._flush_completions()
             if self.burst and not self.held and not self._work_left():
                 return False
-            broker.wait_for_work(client, self.queues, self.poll_seconds)
+            broker.wait_for_work(client, self.queues, self._wait_seconds())
             return True
         # A crash from here until the claim commits leaves the ids in the in-flight
         # sets; the next sweep (any worker's upkeep) puts them back within seconds.
@@ -234,10 +245,31 @@ class Worker:
         return True
 
     def _work_left(self) -> bool:
-        """For a burst worker: a queued job that is due (or, with_scheduled, any queued job)."""
+        """For a burst worker: a queued job that is due (or, with_scheduled, any queued job)
+        in a queue that is not paused."""
+        active = [queue for queue in self.queues if not self._controls[queue].paused]
+        if not active:
+            return False
         if self.with_scheduled:
-            return selectors.has_queued(self.queues)
-        return selectors.has_due(self.queues)
+            return selectors.has_queued(active)
+        return selectors.has_due(active)
+
+    def _refresh_controls(self, *, now: bool = False) -> None:
+        """Re-read the served queues' controls every CONTROLS_REFRESH_SECONDS (or ``now``)."""
+        if not now and time.monotonic() - self._controls_read_at < CONTROLS_REFRESH_SECONDS:
+            return
+        self._controls = controls.queue_controls(self.queues)
+        self._controls_read_at = time.monotonic()
+
+    def _may_pop(self, queue: str, now: float) -> bool:
+        return not self._controls[queue].paused and self._held_until.get(queue, 0.0) <= now
+
+    def _wait_seconds(self) -> float:
+        """How long an idle worker blocks for a wake token: until the first held-back
+        queue may be popped again, at most WORKER_POLL_SECONDS."""
+        now = time.monotonic()
+        waits = [until - now for until in self._held_until.values() if until > now]
+        return max(0.01, min([self.poll_seconds, *waits]))
 
     def _claim_size(self) -> int:
         """How many jobs to claim at once: as many as recent durations say will start
@@ -255,7 +287,10 @@ class Worker:
         start = self._next_queue
         self._next_queue = (start + 1) % len(self.queue_layouts)
         popped: dict[str, list[str]] = {}
+        now = time.monotonic()
         for queue, fifo in self.queue_layouts[start:] + self.queue_layouts[:start]:
+            if not self._may_pop(queue, now):
+                continue  # paused, or full a moment ago: its ids stay in line
             ids = broker.reserve(client, queue, fifo, want)
             if ids:
                 popped[queue] = ids
@@ -271,11 +306,18 @@ class Worker:
         # The previous batch's completions and this claim share one commit.
         with transaction.atomic():
             written = self._write_completions()
-            claimed = execution.claim_jobs(ids, worker_id=self.worker_id)
+            result = execution.claim(
+                ids,
+                worker_id=self.worker_id,
+                queues={queue: self._controls[queue].limited for queue in popped},
+            )
+        claimed = result.jobs
         self._leases_confirmed_at = claim_started
         self._claimed_at = claim_committed = time.monotonic()
         self._forget(written)
         try:
+            if result.held_back:
+                self._put_back_held(client, popped, result.held_back)
             broker.acknowledge(client, popped)
         except redis.RedisError as exc:
             # Unacknowledged ids return to ready at their deadline: duplicates the claim drops.
@@ -285,6 +327,7 @@ class Worker:
         with self._batch_lock:
             self.unstarted = list(claimed)
         unclaimed = set(ids) - {job.id for job in claimed}
+        unclaimed -= {job_id for held in result.held_back.values() for job_id in held}
         if unclaimed:
             self._put_back_not_due(unclaimed)
         self._tell_supervisor(with_held=True)
@@ -307,6 +350,23 @@ class Worker:
                 self.held.pop(job.id, None)
                 raise
             self.processed += 1
+
+    def _put_back_held(self, client, popped: dict[str, list[str]], held_back: dict[str, list[str]]) -> None:
+        """Return the ids the queue controls held back to their place in line (they are
+        then not acknowledged), and leave their queues alone for a moment: a paused one
+        until the controls say otherwise, a full or rate-limited one briefly."""
+        fifo_by_queue = dict(self.queue_layouts)
+        now = time.monotonic()
+        for queue, held in held_back.items():
+            broker.put_back(client, queue, fifo_by_queue[queue], held)
+            put_back = set(held)
+            popped[queue] = [job_id for job_id in popped[queue] if job_id not in put_back]
+            self._held_until[queue] = now + HELD_BACK_PAUSE_SECONDS
+        self._refresh_controls(now=True)
+        for queue, state in self._controls.items():
+            if queue in held_back and state.rate_limit:
+                # About when the bucket holds a whole token again.
+                self._held_until[queue] = now + min(1.0, max(HELD_BACK_PAUSE_SECONDS, 1 / state.rate_limit))
 
     def _still_holds(self, job: ClaimedJob) -> bool:
         """Whether the lease of the next job to start is still ours.

@@ -17,6 +17,11 @@ OPERATIONS = {
     ("/api/jobs/{id}/logs/", "get"),
     ("/api/jobs/{id}/cancel/", "post"),
     ("/api/jobs/{id}/retry/", "post"),
+    ("/api/queues/", "get"),
+    ("/api/queues/{name}/", "get"),
+    ("/api/queues/{name}/", "patch"),
+    ("/api/queues/{name}/pause/", "post"),
+    ("/api/queues/{name}/resume/", "post"),
     ("/api/stats/", "get"),
     ("/api/health/", "get"),
 }

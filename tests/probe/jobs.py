@@ -182,3 +182,17 @@ def stubborn_retried(payload):
             time.sleep(60)
         except Exception:  # noqa: BLE001, S110 - ignoring the limit is the point
             continue
+
+
+@job_handler("probe.slot", atomic=True, max_attempts=5)
+def slot(payload):
+    """Record when it starts and ends (this process's clock), sleeping in between; atomic,
+    so its completion commits the moment it ends and the job stops counting as running."""
+    job = current_job()
+    started = timezone.now()
+    time.sleep(float(payload.get("sleep", 0)))
+    finished = timezone.now()
+    execution = Execution.objects.create(job_id=job.id, attempt=job.attempt, pid=os.getpid())
+    # started_at is auto_now_add: set the real start afterwards.
+    Execution.objects.filter(pk=execution.pk).update(started_at=started, finished_at=finished)
+    return {"pid": os.getpid()}

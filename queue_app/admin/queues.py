@@ -1,0 +1,70 @@
+"""The admin's queue list: every configured queue, paused or not, with its limits editable.
+
+Pause, resume and limit changes go through the services (the same as the API
+and the ``queue`` command), which take the queue's lock so that every worker
+honours them from their commit on. Opening the list adds a row for any
+configured queue that has none yet.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from queue_app import services
+from queue_app.conf import queue_settings
+from queue_app.models import QueueState
+
+
+@admin.register(QueueState)
+class QueueStateAdmin(admin.ModelAdmin):
+    list_display = ("name", "mode", "state", "concurrency_limit", "rate_limit", "updated_at")
+    list_editable = ("concurrency_limit", "rate_limit")
+    list_filter = ("paused",)
+    actions = ("pause_selected", "resume_selected")
+    fields = ("name", "paused", "concurrency_limit", "rate_limit", "updated_at")
+    readonly_fields = ("name", "paused", "updated_at")
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    def changelist_view(self, request: HttpRequest, extra_context=None):
+        QueueState.objects.bulk_create(
+            [QueueState(name=name) for name in queue_settings().QUEUES], ignore_conflicts=True
+        )
+        return super().changelist_view(request, extra_context)
+
+    @admin.display(description="mode")
+    def mode(self, state: QueueState) -> str:
+        fifo = queue_settings().QUEUES.get(state.name)
+        return "not configured" if fifo is None else ("FIFO" if fifo else "priority")
+
+    @admin.display(description="state")
+    def state(self, state: QueueState) -> str:
+        return "paused" if state.paused else "active"
+
+    def save_model(self, request, obj: QueueState, form, change) -> None:
+        # Through the service: it validates, takes the queue's lock and resets the rate bucket.
+        services.set_queue_limits(
+            obj.name, concurrency_limit=obj.concurrency_limit, rate_limit=obj.rate_limit
+        )
+
+    def _each_configured(self, request, queryset: QuerySet[QueueState], change, verb: str) -> None:
+        changed = 0
+        for name in queryset.values_list("name", flat=True):
+            if name in queue_settings().QUEUES:
+                change(name)
+                changed += 1
+        self.message_user(request, f"{changed} queue(s) {verb}.", messages.SUCCESS)
+
+    @admin.action(description="Pause selected queues", permissions=["change"])
+    def pause_selected(self, request: HttpRequest, queryset: QuerySet[QueueState]) -> None:
+        self._each_configured(request, queryset, services.pause_queue, "paused")
+
+    @admin.action(description="Resume selected queues", permissions=["change"])
+    def resume_selected(self, request: HttpRequest, queryset: QuerySet[QueueState]) -> None:
+        self._each_configured(request, queryset, services.resume_queue, "resumed")

@@ -1,0 +1,135 @@
+"""Queue controls: pause and resume a queue, limit how many of its jobs run at once and how fast.
+
+The ``job_queues`` row (``QueueState``) is the record, and the claim statement
+reads it, so a control holds across every worker on every host as soon as it
+commits. Each change takes the queue's exclusive advisory lock, which every
+claim of the queue holds (shared) until it commits: ``pause_queue`` returns
+only after the claims in flight have committed, and no claim after it takes a
+job of the queue. Workers also skip paused queues when they pop (a cached view,
+refreshed every second), so a paused queue's ids stay in Redis, in place.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import structlog
+from django.db import connection, transaction
+from django.db.models.functions import Now
+
+from queue_app import broker
+from queue_app.conf import queue_settings
+from queue_app.engine import sql
+from queue_app.exceptions import InvalidQueueControl, UnknownQueue
+from queue_app.models import QueueState
+
+log = structlog.get_logger("queue_app.controls")
+
+# The first key of every queue advisory lock (the second is hashtext(name)).
+QUEUE_LOCK_CLASS = 0x51554555
+
+# What a limit may be set to; larger numbers would mean "no limit" anyway.
+MAX_CONCURRENCY_LIMIT = 1_000_000
+MAX_RATE_LIMIT = 1_000_000.0
+
+
+@dataclass(frozen=True)
+class QueueControls:
+    name: str
+    paused: bool = False
+    concurrency_limit: int | None = None
+    rate_limit: float | None = None
+
+    @property
+    def limited(self) -> bool:
+        return self.concurrency_limit is not None or self.rate_limit is not None
+
+
+def _check_name(name: str) -> str:
+    if name not in queue_settings().QUEUES:
+        raise UnknownQueue(f"no queue named {name!r} in JOBQUEUE['QUEUES']", field="name")
+    return name
+
+
+def lock_queue(name: str) -> None:
+    """Take the queue's exclusive lock (in the caller's transaction): claims in flight finish first."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql.query("lock_queue_for_change"), {"lock_class": QUEUE_LOCK_CLASS, "name": name})
+
+
+def _change(name: str, **values) -> QueueControls:
+    _check_name(name)
+    with transaction.atomic():
+        lock_queue(name)
+        QueueState.objects.get_or_create(name=name)
+        QueueState.objects.filter(name=name).update(updated_at=Now(), **values)
+    return queue_controls([name])[name]
+
+
+def pause_queue(name: str) -> QueueControls:
+    """Stop every worker from claiming the queue's jobs; queued jobs stay queued, in place.
+
+    Returns once no claim of the queue is in flight: none commits after this.
+    """
+    controls = _change(name, paused=True)
+    log.info("queue_paused", queue=name)
+    return controls
+
+
+def resume_queue(name: str) -> QueueControls:
+    """Let workers claim the queue's jobs again, and wake an idle one."""
+    controls = _change(name, paused=False)
+    log.info("queue_resumed", queue=name)
+    try:
+        broker.wake(broker.get_client(), name)
+    except broker.REDIS_ERRORS as exc:
+        # Idle workers look at the queue again within WORKER_POLL_SECONDS anyway.
+        log.warning("queue_resume_wake_failed", queue=name, error=str(exc)[:300])
+    return controls
+
+
+def set_queue_limits(name: str, *, concurrency_limit: int | None, rate_limit: float | None) -> QueueControls:
+    """Set (or, with None, remove) the queue's concurrency and rate limits.
+
+    A new or changed rate limit starts with a full bucket.
+    """
+    if concurrency_limit is not None and (
+        isinstance(concurrency_limit, bool)
+        or not isinstance(concurrency_limit, int)
+        or not 1 <= concurrency_limit <= MAX_CONCURRENCY_LIMIT
+    ):
+        raise InvalidQueueControl(
+            f"must be a whole number from 1 to {MAX_CONCURRENCY_LIMIT}, or null for no limit",
+            field="concurrency_limit",
+        )
+    if rate_limit is not None and (
+        isinstance(rate_limit, bool)
+        or not isinstance(rate_limit, int | float)
+        or not math.isfinite(rate_limit)
+        or not 0 < rate_limit <= MAX_RATE_LIMIT
+    ):
+        raise InvalidQueueControl(
+            f"must be a number of jobs per second above 0 and at most {MAX_RATE_LIMIT:g}, "
+            "or null for no limit",
+            field="rate_limit",
+        )
+    controls = _change(
+        name,
+        concurrency_limit=concurrency_limit,
+        rate_limit=None if rate_limit is None else float(rate_limit),
+        rate_tokens=None,
+        rate_updated_at=None,
+    )
+    log.info("queue_limits_set", queue=name, concurrency_limit=concurrency_limit, rate_limit=rate_limit)
+    return controls
+
+
+def queue_controls(names=None) -> dict[str, QueueControls]:
+    """The controls of each configured queue (or of ``names``); a queue without a row has none."""
+    names = list(queue_settings().QUEUES) if names is None else list(names)
+    rows = QueueState.objects.filter(name__in=names).values_list(
+        "name", "paused", "concurrency_limit", "rate_limit"
+    )
+    found = {row[0]: QueueControls(*row) for row in rows}
+    return {name: found.get(name, QueueControls(name)) for name in names}

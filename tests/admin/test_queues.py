@@ -1,0 +1,68 @@
+"""The admin's queue list: every configured queue, pause/resume actions, limits edited in the list."""
+
+import pytest
+from django.urls import reverse
+
+from queue_app.models import QueueState
+
+pytestmark = [pytest.mark.django_db, pytest.mark.redis]
+
+CHANGELIST = reverse("admin:queue_app_queuestate_changelist")
+
+
+def edit_limits(client, rows):
+    """Save the list's editable columns: rows = [(name, concurrency_limit, rate_limit)]."""
+    data = {
+        "form-TOTAL_FORMS": str(len(rows)),
+        "form-INITIAL_FORMS": str(len(rows)),
+        "_save": "Save",
+    }
+    for index, (name, concurrency, rate) in enumerate(rows):
+        data[f"form-{index}-name"] = name
+        data[f"form-{index}-concurrency_limit"] = concurrency
+        data[f"form-{index}-rate_limit"] = rate
+    return client.post(CHANGELIST, data)
+
+
+def test_the_list_shows_every_configured_queue(admin_client, queues):
+    response = admin_client.get(CHANGELIST)
+    assert response.status_code == 200
+    assert set(QueueState.objects.values_list("name", flat=True)) == {"default", "emails", "reports"}
+    assert b"FIFO" in response.content
+
+
+def test_pause_and_resume_actions(admin_client, queues):
+    admin_client.get(CHANGELIST)
+    response = admin_client.post(
+        CHANGELIST, {"action": "pause_selected", "_selected_action": ["default", "emails"]}, follow=True
+    )
+    assert b"2 queue(s) paused." in response.content
+    assert set(QueueState.objects.filter(paused=True).values_list("name", flat=True)) == {"default", "emails"}
+    admin_client.post(CHANGELIST, {"action": "resume_selected", "_selected_action": ["emails"]})
+    assert set(QueueState.objects.filter(paused=True).values_list("name", flat=True)) == {"default"}
+
+
+def test_limits_are_edited_in_the_list(admin_client, queues):
+    admin_client.get(CHANGELIST)
+    response = edit_limits(admin_client, [("default", "2", "1.5"), ("emails", "", ""), ("reports", "", "3")])
+    assert response.status_code == 302, response.content.decode()[:2000]
+    limits = dict(
+        (name, (c, r))
+        for name, c, r in QueueState.objects.values_list("name", "concurrency_limit", "rate_limit")
+    )
+    assert limits == {"default": (2, 1.5), "emails": (None, None), "reports": (None, 3.0)}
+
+
+def test_a_limit_of_zero_is_refused_and_nothing_changes(admin_client, queues):
+    admin_client.get(CHANGELIST)
+    response = edit_limits(admin_client, [("default", "0", ""), ("emails", "", ""), ("reports", "", "")])
+    assert response.status_code == 200  # the list again, with the error
+    assert QueueState.objects.get(name="default").concurrency_limit is None
+
+
+def test_actions_need_change_permission(user_client, queues):
+    QueueState.objects.create(name="default")
+    client = user_client("view_queuestate")
+    response = client.post(CHANGELIST, {"action": "pause_selected", "_selected_action": ["default"]})
+    assert not QueueState.objects.get(name="default").paused
+    assert response.status_code in (200, 302, 403)

@@ -1,0 +1,47 @@
+"""manage.py queue pause|resume|status|limit NAME."""
+
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from queue_app.models import QueueState
+
+pytestmark = [pytest.mark.django_db, pytest.mark.redis]
+
+
+def run(*args: str) -> str:
+    out = StringIO()
+    call_command("queue", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_pause_resume_and_status():
+    assert run("status") == "default: active, concurrency limit none, rate limit none\n"
+    assert run("pause", "default") == "default: paused, concurrency limit none, rate limit none\n"
+    assert QueueState.objects.get(name="default").paused
+    assert run("resume", "default").startswith("default: active")
+    assert not QueueState.objects.get(name="default").paused
+
+
+def test_limit_sets_and_removes_each_limit():
+    assert run("limit", "default", "--concurrency=3", "--rate=2.5").endswith(
+        "concurrency limit 3, rate limit 2.5/s\n"
+    )
+    assert run("limit", "default", "--rate=none").endswith("concurrency limit 3, rate limit none\n")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("pause", "nope"), "name: unknown queue 'nope'"),
+        (("pause",), "pause: name the queue"),
+        (("limit", "default"), "limit: give --concurrency"),
+        (("limit", "default", "--concurrency=0"), "--concurrency: must be a whole number"),
+        (("limit", "default", "--rate=fast"), "--rate: expected a number or 'none'"),
+    ],
+)
+def test_bad_input_names_the_argument(args, message):
+    with pytest.raises(CommandError, match=message):
+        run(*args)
+    assert not QueueState.objects.filter(paused=True).exists()
