@@ -20,7 +20,11 @@ class Job(models.Model):
     type = models.CharField(max_length=200)
     queue = models.CharField(max_length=100, default="default")
     payload = models.JSONField(default=dict, blank=True)
+    # The named tier (what the REST API, filters and the admin show) ...
     priority = models.CharField(max_length=10, choices=Priority.choices, default=Priority.MEDIUM)
+    # ... and the integer the ready set orders by (-100..100, higher first; a tier
+    # given by name stands for states.PRIORITY_VALUE).
+    priority_value = models.SmallIntegerField(default=0, db_default=0)
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED)
     # Attempts charged: a hand-back (the job never really ran) takes its claim back.
     attempts = models.PositiveIntegerField(default=0)
@@ -30,7 +34,7 @@ class Job(models.Model):
     max_attempts = models.PositiveIntegerField()
     # When a queued job may next run (retry backoff or scheduled start); NULL = now.
     next_retry_at = models.DateTimeField(null=True, blank=True)
-    # When the job last became (or becomes) ready: orders it inside its tier.
+    # When the job last became (or becomes) ready: orders it among equal priorities.
     enqueued_at = models.DateTimeField(db_default=Now())
     created_at = models.DateTimeField(db_default=Now())
     started_at = models.DateTimeField(null=True, blank=True)
@@ -121,7 +125,7 @@ class OutboxMessage(models.Model):
     """An intent to change Redis, committed with the job change it follows."""
 
     class Action(models.TextChoices):
-        ENQUEUE = "enqueue"  # add to the ready structure (score = priority score)
+        ENQUEUE = "enqueue"  # add to the ready structure (score = -priority, member below)
         SCHEDULE = "schedule"  # add to the retry set (score = due epoch seconds)
         REMOVE = "remove"  # take out of every structure of the queue
 
@@ -129,6 +133,9 @@ class OutboxMessage(models.Model):
     action = models.CharField(max_length=10, choices=Action.choices)
     queue = models.CharField(max_length=100)
     score = models.FloatField(null=True, blank=True)
+    # The job's member in its queue's ready sorted set ("<enqueue µs>:<id>", see
+    # broker.scores): enqueue adds it, remove takes it out. "" = the bare id.
+    member = models.CharField(max_length=60, blank=True, default="", db_default="")
     created_at = models.DateTimeField(db_default=Now())
     dispatched_at = models.DateTimeField(null=True, blank=True)
 

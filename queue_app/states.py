@@ -29,8 +29,18 @@ class Priority(models.TextChoices):
 # The internal job type that runs django.tasks ``@task`` functions (queue_app.tasks_backend).
 TASK_JOB_TYPE = "django.task"
 
-# Lower tier pops first.
-PRIORITY_TIER = {Priority.HIGH: 0, Priority.MEDIUM: 1, Priority.LOW: 2}
+# A job's priority is an integer from PRIORITY_MIN to PRIORITY_MAX (django.tasks'
+# range); higher runs sooner. The REST API's named tiers stand for fixed values.
+PRIORITY_MIN, PRIORITY_MAX = -100, 100
+PRIORITY_VALUE = {Priority.HIGH: 10, Priority.MEDIUM: 0, Priority.LOW: -10}
+
+
+def priority_tier(value: int) -> str:
+    """The named tier an integer priority is listed and filtered under (its sign)."""
+    if value > 0:
+        return Priority.HIGH
+    return Priority.MEDIUM if value == 0 else Priority.LOW
+
 
 TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
 

@@ -32,7 +32,7 @@ from django.utils.module_loading import import_string
 
 from queue_app.conf import SettingError, queue_settings
 from queue_app.handlers import current_job, job_handler
-from queue_app.states import TASK_JOB_TYPE, Priority, Status
+from queue_app.states import TASK_JOB_TYPE, Status
 
 # Django's API has no retries: one attempt unless OPTIONS or @task(max_attempts=...) asks.
 DEFAULT_MAX_ATTEMPTS = 1
@@ -59,13 +59,6 @@ class JobQueueTask(Task):
     keywords to the backend's ``task_class``). None uses the backend's OPTIONS."""
 
     max_attempts: int | None = None
-
-
-def _priority_tier(task_priority: int) -> str:
-    """Django's -100..100 (higher runs sooner) onto the three tiers Redis orders by."""
-    if task_priority > 0:
-        return Priority.HIGH
-    return Priority.MEDIUM if task_priority == 0 else Priority.LOW
 
 
 def _valid_attempts(value: Any) -> bool:
@@ -145,14 +138,15 @@ class JobQueueBackend(BaseTaskBackend):
             "task": task.module_path,
             "args": normalize_json(args),
             "kwargs": normalize_json(kwargs),
-            # What get_result() rebuilds the Task from: the tier alone loses the integer.
+            # What get_result() rebuilds the Task from.
             "priority": task.priority,
             "run_after": task.run_after.isoformat() if task.run_after else None,
         }
         job = enqueue_job(
             TASK_JOB_TYPE,
             payload,
-            priority=_priority_tier(task.priority),
+            # The full integer: Redis orders by it (-100..100, higher first).
+            priority=task.priority,
             queue=task.queue_name,
             run_at=task.run_after,
             max_attempts=self.max_attempts(task),

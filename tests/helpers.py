@@ -112,3 +112,20 @@ def kill_group(process: subprocess.Popen) -> None:
     except ProcessLookupError:
         pass
     process.wait()
+
+
+def ready_ids(client, queue: str = "default") -> list[str]:
+    """The job ids in a queue's priority set, in pop order (members carry their enqueue time)."""
+    from queue_app import broker
+
+    return [broker.member_job_id(member) for member in client.zrange(broker.priority_key(queue), 0, -1)]
+
+
+def ready_score(client, job_id, queue: str = "default") -> float | None:
+    """A job's score in its queue's priority set (-priority), None when it is not there."""
+    from queue_app import broker
+
+    for member, score in client.zrange(broker.priority_key(queue), 0, -1, withscores=True):
+        if broker.member_job_id(member) == str(job_id):
+            return score
+    return None

@@ -2,12 +2,14 @@
 
 Per queue, with a hash tag so one queue's keys share a Redis Cluster slot:
 
-    queue:{name}:priority         sorted set of ready ids; score = tier * 2**50 + µs since 2020
+    queue:{name}:priority         sorted set of ready ids; score = -priority (-100..100),
+                                  member = "<16-digit µs since 2020>:<id>", so equal
+                                  scores pop in enqueue order (see ``scores``)
     queue:{name}:fifo             list of ready ids (queues configured as strict FIFO)
     queue:{name}:retry            sorted set of waiting ids; score = due epoch seconds
     queue:{name}:inflight         sorted set of popped, not yet acknowledged ids;
                                   score = the epoch second they go back to ready
-    queue:{name}:inflight:scores  hash: popped id -> its priority score (to put it back in place)
+    queue:{name}:inflight:places  hash: popped id -> "<score> <member>" (to put it back in place)
     queue:{name}:wake             list of at most one token: pushed when ids arrive, so an
                                   idle worker blocks on it (BLPOP) instead of polling
 
@@ -31,7 +33,7 @@ from queue_app.broker.keys import (
     RECONCILE_KEY_TTL_SECONDS,
     fifo_key,
     inflight_key,
-    inflight_scores_key,
+    inflight_places_key,
     priority_key,
     ready_key,
     reconcile_members_key,
@@ -67,10 +69,10 @@ from queue_app.broker.repair import (
 from queue_app.broker.scores import (
     EPOCH,
     LATEST_EXACT_TIME,
-    TIER_SPAN,
     due_score,
     enqueue_order_score,
-    priority_score,
+    member_job_id,
+    ready_member,
     ready_score,
 )
 
@@ -80,7 +82,6 @@ __all__ = [
     "LATEST_EXACT_TIME",
     "RECONCILE_KEY_TTL_SECONDS",
     "REDIS_ERRORS",
-    "TIER_SPAN",
     "Intent",
     "Lookup",
     "acknowledge",
@@ -93,17 +94,18 @@ __all__ = [
     "enqueue_order_score",
     "fifo_key",
     "inflight_key",
-    "inflight_scores_key",
+    "inflight_places_key",
+    "member_job_id",
     "get_client",
     "is_cluster",
     "is_cluster_url",
     "priority_key",
-    "priority_score",
     "prune_list",
     "prune_sorted_set",
     "put_back",
     "ready_heads",
     "ready_key",
+    "ready_member",
     "ready_score",
     "reconcile_members_key",
     "reconcile_staging_key",

@@ -24,9 +24,9 @@ def inflight_key(queue: str) -> str:
     return f"queue:{{{queue}}}:inflight"
 
 
-def inflight_scores_key(queue: str) -> str:
-    """Popped priority ids -> their score, so a sweep puts them back in place."""
-    return f"queue:{{{queue}}}:inflight:scores"
+def inflight_places_key(queue: str) -> str:
+    """Popped priority ids -> "<score> <member>", so a sweep puts them back in place."""
+    return f"queue:{{{queue}}}:inflight:places"
 
 
 def wake_key(queue: str) -> str:

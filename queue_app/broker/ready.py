@@ -12,13 +12,13 @@ from queue_app.broker.client import is_cluster
 from queue_app.broker.keys import (
     fifo_key,
     inflight_key,
-    inflight_scores_key,
+    inflight_places_key,
     priority_key,
     ready_key,
     retry_key,
     wake_key,
 )
-from queue_app.broker.scores import TIER_SPAN
+from queue_app.broker.scores import member_job_id
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,8 @@ class Intent:
     queue: str
     fifo: bool
     score: float | None = None
+    # The job's ready-set member (``scores.ready_member``); "" stands for the bare id.
+    member: str = ""
 
 
 def apply(client: redis.Redis, intents: Iterable[Intent]) -> None:
@@ -44,12 +46,12 @@ def apply(client: redis.Redis, intents: Iterable[Intent]) -> None:
             if intent.fifo:
                 pipe.rpush(fifo_key(intent.queue), intent.job_id)
             else:
-                pipe.zadd(priority_key(intent.queue), {intent.job_id: intent.score})
+                pipe.zadd(priority_key(intent.queue), {intent.member or intent.job_id: intent.score})
         elif intent.action == "schedule":
-            _remove_ready(pipe, intent.queue, intent.job_id)
+            _remove_ready(pipe, intent)
             pipe.zadd(retry_key(intent.queue), {intent.job_id: intent.score})
         elif intent.action == "remove":
-            _remove_ready(pipe, intent.queue, intent.job_id)
+            _remove_ready(pipe, intent)
             pipe.zrem(retry_key(intent.queue), intent.job_id)
         else:
             raise ValueError(f"unknown outbox action {intent.action!r}")
@@ -72,9 +74,11 @@ def wake(client: redis.Redis, queue: str) -> None:
     pipe.execute()
 
 
-def _remove_ready(pipe, queue: str, job_id: str) -> None:
-    pipe.zrem(priority_key(queue), job_id)
-    pipe.lrem(fifo_key(queue), 0, job_id)
+def _remove_ready(pipe, intent: Intent) -> None:
+    """Take the id out of the ready structures: by its member in the sorted set
+    (which the intent names: removal is exact, with no scan), by value in the list."""
+    pipe.zrem(priority_key(intent.queue), intent.member or intent.job_id)
+    pipe.lrem(fifo_key(intent.queue), 0, intent.job_id)
 
 
 # How long a popped id may wait for its claim to commit and be acknowledged
@@ -83,20 +87,22 @@ INFLIGHT_SECONDS = 5.0
 
 
 # Moves up to ARGV[1] ready ids into the in-flight set, due back at Redis TIME +
-# ARGV[2] seconds; a priority id's score is kept so a sweep can put it back in
-# place. Passes the wake token on when ids remain, so another idle worker starts.
+# ARGV[2] seconds. A priority member "<µs>:<id>" pops as its id (the text after
+# the last colon), and its score and member are kept so a sweep can put it back
+# in place. Passes the wake token on when ids remain, so another idle worker starts.
 _RESERVE = """
 local t = redis.call('TIME')
 local deadline = tonumber(t[1]) + tonumber(t[2]) / 1000000 + tonumber(ARGV[2])
-local ids, inflight, scores = {}, {}, {}
+local ids, inflight, places = {}, {}, {}
 if ARGV[3] == '1' then
   ids = redis.call('LPOP', KEYS[1], tonumber(ARGV[1])) or {}
 else
   local popped = redis.call('ZPOPMIN', KEYS[1], tonumber(ARGV[1]))
   for i = 1, #popped, 2 do
-    table.insert(ids, popped[i])
-    table.insert(scores, popped[i])
-    table.insert(scores, popped[i + 1])
+    local id = string.match(popped[i], '[^:]*$')
+    table.insert(ids, id)
+    table.insert(places, id)
+    table.insert(places, popped[i + 1] .. ' ' .. popped[i])
   end
 end
 if #ids == 0 then return ids end
@@ -105,7 +111,7 @@ for _, id in ipairs(ids) do
   table.insert(inflight, id)
 end
 redis.call('ZADD', KEYS[2], unpack(inflight))
-if #scores > 0 then redis.call('HSET', KEYS[3], unpack(scores)) end
+if #places > 0 then redis.call('HSET', KEYS[3], unpack(places)) end
 local left
 if ARGV[3] == '1' then left = redis.call('LLEN', KEYS[1]) else left = redis.call('ZCARD', KEYS[1]) end
 if left > 0 then
@@ -125,7 +131,7 @@ def reserve(client: redis.Redis, queue: str, fifo: bool, count: int) -> list[str
     script = _reserve_scripts.get(id(client))
     if script is None:
         script = _reserve_scripts[id(client)] = client.register_script(_RESERVE)
-    keys = [ready_key(queue, fifo), inflight_key(queue), inflight_scores_key(queue), wake_key(queue)]
+    keys = [ready_key(queue, fifo), inflight_key(queue), inflight_places_key(queue), wake_key(queue)]
     return list(script(keys=keys, args=[count, INFLIGHT_SECONDS, "1" if fifo else "0"], client=client))
 
 
@@ -135,7 +141,7 @@ def acknowledge(client: redis.Redis, popped: dict[str, list[str]]) -> None:
     for queue, ids in popped.items():
         if ids:
             pipe.zrem(inflight_key(queue), *ids)
-            pipe.hdel(inflight_scores_key(queue), *ids)
+            pipe.hdel(inflight_places_key(queue), *ids)
     pipe.execute()
 
 
@@ -149,12 +155,15 @@ for i = #ARGV, 2, -1 do
   local id = ARGV[i]
   if redis.call('ZREM', KEYS[2], id) == 1 then
     moved = moved + 1
-    local score = redis.call('HGET', KEYS[3], id)
+    local place = redis.call('HGET', KEYS[3], id)
     redis.call('HDEL', KEYS[3], id)
     if ARGV[1] == '1' then
       redis.call('LPUSH', KEYS[1], id)
+    elseif place then
+      local space = string.find(place, ' ', 1, true)
+      redis.call('ZADD', KEYS[1], string.sub(place, 1, space - 1), string.sub(place, space + 1))
     else
-      redis.call('ZADD', KEYS[1], score or 0, id)
+      redis.call('ZADD', KEYS[1], 0, id)
     end
   end
 end
@@ -166,7 +175,7 @@ def put_back(client: redis.Redis, queue: str, fifo: bool, ids: Sequence[str]) ->
     """Return popped ids the claim held back (paused or full queue) to their place in line."""
     if not ids:
         return 0
-    keys = (ready_key(queue, fifo), inflight_key(queue), inflight_scores_key(queue))
+    keys = (ready_key(queue, fifo), inflight_key(queue), inflight_places_key(queue))
     return client.eval(_PUT_BACK, 3, *keys, "1" if fifo else "0", *ids)
 
 
@@ -187,7 +196,7 @@ def wait_for_work(client: redis.Redis, queues: Sequence[str], timeout: float) ->
 
 
 # Puts in-flight ids whose deadline passed back where they were popped from: a
-# FIFO id at the head of its list, a priority id with its old score. Only ids
+# FIFO id at the head of its list, a priority id with its old score and member. Only ids
 # this call removed from the in-flight set move, so two sweepers never both do.
 _RETURN_EXPIRED = """
 local t = redis.call('TIME')
@@ -198,12 +207,15 @@ for i = #ids, 1, -1 do
   local id = ids[i]
   if redis.call('ZREM', KEYS[2], id) == 1 then
     moved = moved + 1
-    local score = redis.call('HGET', KEYS[3], id)
+    local place = redis.call('HGET', KEYS[3], id)
     redis.call('HDEL', KEYS[3], id)
     if ARGV[1] == '1' then
       redis.call('LPUSH', KEYS[1], id)
+    elseif place then
+      local space = string.find(place, ' ', 1, true)
+      redis.call('ZADD', KEYS[1], string.sub(place, 1, space - 1), string.sub(place, space + 1))
     else
-      redis.call('ZADD', KEYS[1], score or 0, id)
+      redis.call('ZADD', KEYS[1], 0, id)
     end
   end
 end
@@ -217,7 +229,7 @@ return moved
 
 def return_expired(client: redis.Redis, queue: str, fifo: bool, limit: int = 1000) -> int:
     """Put popped ids never acknowledged (their worker died) back in the ready structure."""
-    keys = (ready_key(queue, fifo), inflight_key(queue), inflight_scores_key(queue), wake_key(queue))
+    keys = (ready_key(queue, fifo), inflight_key(queue), inflight_places_key(queue), wake_key(queue))
     return client.eval(_RETURN_EXPIRED, 4, *keys, "1" if fifo else "0", limit)
 
 
@@ -254,23 +266,33 @@ def depths(client: redis.Redis, queues: Sequence[tuple[str, bool]]) -> dict[str,
     }
 
 
-def ready_heads(client: redis.Redis, queues: Sequence[tuple[str, bool]], tiers: Iterable[int]) -> list[str]:
-    """The id first in line in each tier of each priority set and at the head of each FIFO list.
+# The first member of each priority value in use, in pop order: each step jumps
+# past the current score, so the walk costs one look-up per value, not per id.
+_HEADS = """
+local heads = {}
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+while #head > 0 do
+  table.insert(heads, head[1])
+  head = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. head[2], '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+end
+return heads
+"""
 
-    Ids are in enqueue order within a tier and within a list, so the oldest
-    ready id of a queue is one of these: a look-up of a few ids instead of a
-    scan of every queued job.
+
+def ready_heads(client: redis.Redis, queues: Sequence[tuple[str, bool]]) -> list[str]:
+    """The id first in line for each priority value of each priority set, and at the head of each FIFO list.
+
+    Ids are in enqueue order within one priority value and within a list, so
+    the oldest ready id of a queue is one of these: a look-up of a few ids
+    instead of a scan of every queued job.
     """
-    tiers = list(tiers)
+    # One script call per queue (each a single key, so a cluster routes it), then the
+    # list heads in one pipeline.
+    heads = [
+        member_job_id(member) for queue, _ in queues for member in client.eval(_HEADS, 1, priority_key(queue))
+    ]
     pipe = client.pipeline(transaction=False)
     for queue, _ in queues:
-        for tier in tiers:
-            pipe.zrangebyscore(priority_key(queue), tier * TIER_SPAN, f"({(tier + 1) * TIER_SPAN}", 0, 1)
         pipe.lindex(fifo_key(queue), 0)
-    heads: list[str] = []
-    for answer in pipe.execute():
-        if isinstance(answer, list):
-            heads.extend(answer)
-        elif answer is not None:
-            heads.append(answer)
+    heads.extend(head for head in pipe.execute() if head is not None)
     return heads

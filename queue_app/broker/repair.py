@@ -24,7 +24,10 @@ from queue_app.broker.ready import Intent
 
 @dataclass(frozen=True)
 class Lookup:
-    """Which of ``ids`` are members of ``key`` (a sorted set, or a plain set)."""
+    """Which of ``ids`` are members of ``key`` (a sorted set, or a plain set).
+
+    For a priority set, ask by member (``scores.ready_member``), not by bare id.
+    """
 
     key: str
     ids: Sequence[str]
@@ -143,16 +146,18 @@ def restore(client: redis.Redis, intents: Iterable[Intent], *, staging_token: st
     by_key: dict[str, dict[str, float]] = {}
     staged: set[str] = set()
     for intent in intents:
+        member = intent.job_id
         if intent.action == "enqueue" and intent.fifo:
             key = reconcile_staging_key(intent.queue, staging_token)
             staged.add(key)
         elif intent.action == "enqueue":
             key = priority_key(intent.queue)
+            member = intent.member or intent.job_id
         elif intent.action == "schedule":
             key = retry_key(intent.queue)
         else:
             raise ValueError(f"cannot restore action {intent.action!r}")
-        by_key.setdefault(key, {})[intent.job_id] = intent.score
+        by_key.setdefault(key, {})[member] = intent.score
     pipe = client.pipeline(transaction=False)
     for key, members in by_key.items():
         pipe.zadd(key, members)

@@ -29,12 +29,20 @@ from queue_app.exceptions import (
 from queue_app.handlers import get_handler
 from queue_app.models import Job
 from queue_app.payloads import check_json, checked_json_text
-from queue_app.states import INITIAL_EVENT, Priority, Status
+from queue_app.states import (
+    INITIAL_EVENT,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    PRIORITY_VALUE,
+    Priority,
+    Status,
+    priority_tier,
+)
 
 log = structlog.get_logger("queue_app.services")
 
 MAX_ATTEMPTS_LIMIT = 100
-# A job may be scheduled up to the last time the priority score orders exactly.
+# A job may be scheduled up to the last time the ready set orders exactly.
 LATEST_RUN_AT = broker.LATEST_EXACT_TIME
 
 
@@ -53,7 +61,8 @@ class JobRequest:
 
     type: str
     payload: dict[str, Any] = field(default_factory=dict)
-    priority: str = Priority.MEDIUM
+    # A named tier, or an integer from -100 to 100 (higher runs sooner).
+    priority: str | int = Priority.MEDIUM
     queue: str = "default"
     run_at: datetime | None = None
     max_attempts: int | None = None
@@ -78,8 +87,19 @@ class JobRequest:
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
-_PRIORITIES = frozenset(Priority.values)
-_PRIORITY_NAMES = ", ".join(Priority.values)
+_PRIORITY_RULE = (
+    f"must be one of {', '.join(Priority.values)}, or an integer from {PRIORITY_MIN} to {PRIORITY_MAX}"
+)
+
+
+def _resolved_priority(priority: object) -> tuple[str, int]:
+    """(named tier, integer) of a priority given by name or by integer; InvalidJob names the field."""
+    if isinstance(priority, int) and not isinstance(priority, bool):
+        if PRIORITY_MIN <= priority <= PRIORITY_MAX:
+            return priority_tier(priority), priority
+    elif isinstance(priority, str) and priority in PRIORITY_VALUE:
+        return str(priority), PRIORITY_VALUE[priority]
+    raise InvalidJob(_PRIORITY_RULE, field="priority")
 
 
 @dataclass(slots=True)
@@ -89,12 +109,13 @@ class _Checked:
     request: JobRequest
     payload_json: str
     max_attempts: int
+    priority: str
+    priority_value: int
 
 
 def _checked(request: JobRequest, settings: QueueSettings) -> _Checked:
     spec = get_handler(request.type)
-    if request.priority not in _PRIORITIES:
-        raise InvalidJob(f"must be one of {_PRIORITY_NAMES}", field="priority")
+    priority, priority_value = _resolved_priority(request.priority)
     if request.queue not in settings.QUEUES:
         raise InvalidJob(f"must be one of {', '.join(settings.QUEUES)}", field="queue")
     if not isinstance(request.payload, dict):
@@ -123,7 +144,7 @@ def _checked(request: JobRequest, settings: QueueSettings) -> _Checked:
         if not isinstance(key, str) or not 1 <= len(key) <= 255:
             raise InvalidJob("must be 1 to 255 characters", field="idempotency_key")
         check_json(key, field="idempotency_key", max_bytes=1024, max_depth=1)
-    return _Checked(request, payload_json, max_attempts)
+    return _Checked(request, payload_json, max_attempts, priority, priority_value)
 
 
 def _check_all(requests: Sequence[JobRequest]) -> list[_Checked]:
@@ -167,6 +188,7 @@ class _Planned:
     max_attempts: int
     id: uuid.UUID
     priority: str
+    priority_value: int
     queue: str
     next_retry_at: datetime | None
     enqueued_at: datetime
@@ -181,7 +203,8 @@ def _plan(item: _Checked, now: datetime) -> _Planned:
         payload_json=item.payload_json,
         max_attempts=item.max_attempts,
         id=uuid.uuid4(),
-        priority=str(request.priority),
+        priority=item.priority,
+        priority_value=item.priority_value,
         queue=str(request.queue),
         next_retry_at=request.run_at if scheduled else None,
         enqueued_at=request.run_at if scheduled else now,
@@ -194,7 +217,7 @@ def _plan(item: _Checked, now: datetime) -> _Planned:
 
 def _row_values(job: _Planned) -> dict[str, Any]:
     """What ``insert_job`` / ``insert_jobs`` write for one job (its job, log and outbox rows)."""
-    action, score = ready_placement(job.priority, job.enqueued_at, job.next_retry_at)
+    action, score, member = ready_placement(job.id, job.priority_value, job.enqueued_at, job.next_retry_at)
     request = job.request
     return {
         "id": job.id,
@@ -202,6 +225,7 @@ def _row_values(job: _Planned) -> dict[str, Any]:
         "queue": job.queue,
         "payload": job.payload_json,
         "priority": job.priority,
+        "priority_value": job.priority_value,
         "max_attempts": job.max_attempts,
         "next_retry_at": job.next_retry_at,
         "enqueued_at": job.enqueued_at,
@@ -212,6 +236,7 @@ def _row_values(job: _Planned) -> dict[str, Any]:
         "extra": json.dumps({"run_at": job.next_retry_at.isoformat()}) if job.next_retry_at else "{}",
         "action": action,
         "score": score,
+        "member": member,
     }
 
 
@@ -238,6 +263,7 @@ def _created_job(planned: _Planned, owner, created_at: datetime) -> Job:
         "queue": planned.queue,
         "payload": request.payload,
         "priority": planned.priority,
+        "priority_value": planned.priority_value,
         "status": Status.QUEUED.value,
         "attempts": 0,
         "fence": 0,
@@ -296,7 +322,7 @@ def enqueue_jobs(requests: Sequence[JobRequest], *, owner=None) -> list[Job]:
     if not checked:
         return []
     now = timezone.now()
-    # One microsecond apart keeps a call's request order inside each tier.
+    # One microsecond apart keeps a call's request order among equal priorities.
     planned = [_plan(item, now + timedelta(microseconds=index)) for index, item in enumerate(checked)]
     keyed = [job.request.idempotency_key for job in planned if job.request.idempotency_key]
     # One statement is atomic on its own, so without a caller's transaction it
@@ -335,7 +361,7 @@ def enqueue_job(
     type: str,
     payload: dict[str, Any] | None = None,
     *,
-    priority: str = Priority.MEDIUM,
+    priority: str | int = Priority.MEDIUM,
     queue: str = "default",
     run_at: datetime | None = None,
     max_attempts: int | None = None,

@@ -12,7 +12,7 @@ beyond the job table's fixed set:
   serves it;
 - the oldest due job is found exactly while few jobs are queued; with more,
   only the ids first in line in Redis are looked up (ids are in enqueue
-  order within a tier and a list), so a job missing from Redis does not
+  order within one priority value and a list), so a job missing from Redis does not
   count until the reconciler restores it, and the age is marked estimated.
   If Redis does not answer, the queued jobs are read after all.
 
@@ -31,7 +31,7 @@ from queue_app.conf import queue_settings
 from queue_app.engine import sql
 from queue_app.engine.counts import EXACT_COUNT_LIMIT, estimated_count
 from queue_app.models import Job
-from queue_app.states import PRIORITY_TIER, Status
+from queue_app.states import Status
 
 # Figures that may be estimates, as named in ``QueueStats.estimated``.
 OLDEST_QUEUED = "oldest_queued"
@@ -108,7 +108,7 @@ def _oldest_queued(queues: list[tuple[str, bool]], queued_is_large: bool) -> tup
     """(when the oldest due job became ready, whether that is an estimate)."""
     if queued_is_large:
         try:
-            heads = broker.ready_heads(broker.get_client(), queues, sorted(set(PRIORITY_TIER.values())))
+            heads = broker.ready_heads(broker.get_client(), queues)
         except broker.REDIS_ERRORS:
             pass  # no Redis: read the queued jobs after all
         else:

@@ -19,7 +19,7 @@ from django.db import connection, transaction
 
 from queue_app import broker
 from queue_app.engine import sql
-from queue_app.engine.outbox import enqueue_intent, notify_relay
+from queue_app.engine.outbox import enqueue_intent, notify_relay, remove_intent
 from queue_app.models import JobLog, OutboxMessage
 from queue_app.states import TRANSITION_TABLE, Transition
 
@@ -32,7 +32,7 @@ class TransitionedJob:
     status: str
     attempts: int
     queue: str
-    priority: str
+    priority_value: int
     enqueued_at: datetime
     next_retry_at: datetime | None
 
@@ -102,9 +102,9 @@ def record_transitions(
 
 def _outbox_row(action: str, job: TransitionedJob) -> OutboxMessage:
     if action == OutboxMessage.Action.ENQUEUE:
-        return enqueue_intent(job.id, job.queue, job.priority, job.enqueued_at)
+        return enqueue_intent(job.id, job.queue, job.priority_value, job.enqueued_at)
     if action == OutboxMessage.Action.SCHEDULE:
         return OutboxMessage(
             job_id=job.id, action=action, queue=job.queue, score=broker.due_score(job.next_retry_at)
         )
-    return OutboxMessage(job_id=job.id, action=action, queue=job.queue)
+    return remove_intent(job.id, job.queue, job.enqueued_at)

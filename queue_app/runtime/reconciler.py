@@ -95,7 +95,7 @@ def _fetch(statement: str, params) -> list[tuple]:
 class QueuedJob:
     id: str
     queue: str
-    priority: str
+    priority_value: int
     enqueued_at: datetime
     next_retry_at: datetime | None
     due: bool
@@ -231,7 +231,8 @@ class Reconciler:
 
     def _stale(self, ids: list[str], *, queue: str, structure: str, expected: bool) -> list[str]:
         """The ids among ``ids`` (found in ``structure`` of ``queue``) that must go."""
-        valid = {value: canonical_job_id(value) for value in ids}
+        # Priority-set members carry their enqueue time before the id.
+        valid = {value: canonical_job_id(broker.member_job_id(value)) for value in ids}
         rows = _fetch("known_ids", {"ids": list({job_id for job_id in valid.values() if job_id})})
         known = {row[0]: row[1:] for row in rows}
         doomed = []
@@ -302,16 +303,21 @@ class Reconciler:
             for key in (broker.retry_key, broker.inflight_key)
         ]
         for queue, fifo in self.queues.items():
-            ids = [j.id for j in due if j.queue == queue]
+            queue_due = [j for j in due if j.queue == queue]
             if fifo:
+                ids = [j.id for j in queue_due]
                 lookups.append(
                     broker.Lookup(broker.reconcile_members_key(queue, token), ids, sorted_set=False)
                 )
             else:
-                lookups.append(broker.Lookup(broker.priority_key(queue), ids))
+                # A priority set is asked by member: a member for another enqueue
+                # time (a stale duplicate) does not count as the job's place.
+                members = [broker.ready_member(j.id, j.enqueued_at) for j in queue_due]
+                lookups.append(broker.Lookup(broker.priority_key(queue), members))
         present: set[str] = set()
         for lookup, answers in zip(lookups, broker.contains(client, lookups), strict=True):
-            present.update(job_id for job_id, member in zip(lookup.ids, answers, strict=True) if member)
+            found = (member for member, hit in zip(lookup.ids, answers, strict=True) if hit)
+            present.update(broker.member_job_id(member) for member in found)
 
         intents = []
         for job in known:
@@ -345,14 +351,16 @@ class Reconciler:
             score = broker.due_score(job.next_retry_at)
             self._record(RESTORED_RETRY, job_id=job.id, queue=job.queue, structure="retry", score=score)
             return broker.Intent("schedule", job.id, job.queue, fifo, score)
+        member = ""
         if fifo:
             score = broker.enqueue_order_score(job.enqueued_at)
             structure = "fifo"
         else:
-            score = broker.ready_score(job.priority, job.enqueued_at)
+            score = broker.ready_score(job.priority_value)
+            member = broker.ready_member(job.id, job.enqueued_at)
             structure = "priority"
         self._record(RESTORED_READY, job_id=job.id, queue=job.queue, structure=structure, score=score)
-        return broker.Intent("enqueue", job.id, job.queue, fifo, score)
+        return broker.Intent("enqueue", job.id, job.queue, fifo, score, member)
 
     # --- helpers ---------------------------------------------------------------------
 

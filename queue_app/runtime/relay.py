@@ -57,15 +57,15 @@ class Relay:
                 OutboxMessage.objects.select_for_update(skip_locked=True)
                 .filter(dispatched_at__isnull=True)
                 .order_by("id")
-                .values_list("id", "action", "job_id", "queue", "score")[: self.batch_size]
+                .values_list("id", "action", "job_id", "queue", "score", "member")[: self.batch_size]
             )
             if not rows:
                 return 0
             broker.apply(
                 broker.get_client(),
                 (
-                    broker.Intent(action, str(job_id), queue, fifo_queues.get(queue, False), score)
-                    for _, action, job_id, queue, score in rows
+                    broker.Intent(action, str(job_id), queue, fifo_queues.get(queue, False), score, member)
+                    for _, action, job_id, queue, score, member in rows
                 ),
             )
             if self._fault is not None:

@@ -34,7 +34,6 @@ from queue_app.handlers import HandlerSpec, _current_job, get_handler
 from queue_app.payloads import check_json
 from queue_app.runtime.outages import OutageGuard
 from queue_app.runtime.relay import fault_point_handler
-from queue_app.states import PRIORITY_TIER
 
 log = structlog.get_logger("queue_app.worker")
 
@@ -442,7 +441,7 @@ class Worker:
 
     def _upkeep(self, client) -> None:
         """Every PROMOTE_EVERY_SECONDS: move due ids from retry sets to ready structures
-        (tiers looked up in PostgreSQL), and put back popped ids nobody acknowledged."""
+        (priorities looked up in PostgreSQL), and put back popped ids nobody acknowledged."""
         if time.monotonic() - self._last_promote < PROMOTE_EVERY_SECONDS:
             return
         self._last_promote = time.monotonic()
@@ -465,9 +464,10 @@ class Worker:
                         job_id,
                         job_queue,
                         fifo_by_queue.get(job_queue, False),
-                        broker.priority_score(PRIORITY_TIER[priority], enqueued_at),
+                        broker.ready_score(priority_value),
+                        broker.ready_member(job_id, enqueued_at),
                     )
-                    for job_id, job_queue, priority, enqueued_at, _ in rows
+                    for job_id, job_queue, priority_value, enqueued_at, _ in rows
                 ),
             )
             log.debug("retry_promoted", queue=queue, count=len(rows))

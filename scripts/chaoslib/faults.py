@@ -241,8 +241,9 @@ class Injector:
             queue, fifo = rng.choice([("default", False), ("bulk", True)])
             place = rng.random()
             if place < 0.7:
-                score = broker.priority_score(rng.randrange(3), datetime.fromtimestamp(now, UTC))
-                intents.append(broker.Intent("enqueue", job_id, queue, fifo, score))
+                score = broker.ready_score(rng.randint(-100, 100))
+                member = broker.ready_member(job_id, datetime.fromtimestamp(now, UTC))
+                intents.append(broker.Intent("enqueue", job_id, queue, fifo, score, member))
             else:
                 # Already due in the retry set: a worker's promotion moves it, then the claim drops it.
                 intents.append(broker.Intent("schedule", job_id, queue, fifo, now - 1))

@@ -19,7 +19,6 @@ from queue_app import broker
 from queue_app.states import (
     INITIAL_EVENT,
     NON_TRANSITION_EVENTS,
-    PRIORITY_TIER,
     TRANSITIONS,
     Status,
 )
@@ -309,7 +308,8 @@ def check_redis_agrees(queues: dict[str, bool]) -> Result:
     """After a reconcile (workers stopped): every queued job is where it belongs, once, with its
     exact score, and nothing else is in Redis.
 
-    Ready ids in a priority set must carry ``priority_score(tier, enqueued_at)``; waiting ids the
+    Ready ids in a priority set must carry ``ready_score(priority_value)`` and the member
+    ``ready_member(id, enqueued_at)``; waiting ids the
     due time. An id may sit in one structure of one queue, once. Any other ``queue:*`` key that
     does not expire (the reconciler's staging keys do) is reported too.
     """
@@ -318,7 +318,8 @@ def check_redis_agrees(queues: dict[str, bool]) -> Result:
     client = broker.get_client()
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT id::text, queue, priority, enqueued_at, next_retry_at FROM jobs WHERE status = 'queued'"
+            "SELECT id::text, queue, priority_value, enqueued_at, next_retry_at "
+            "FROM jobs WHERE status = 'queued'"
         )
         queued = {row[0]: row[1:] for row in cursor.fetchall()}
     now = timezone.now()
@@ -326,6 +327,8 @@ def check_redis_agrees(queues: dict[str, bool]) -> Result:
     # key -> id -> score (None in a list); every occurrence of an id, duplicates included.
     members: dict[str, dict[str, float | None]] = {}
     places: dict[str, list[str]] = {}
+    # priority set key -> id -> its member there.
+    ready_members: dict[str, dict[str, str]] = {}
     for queue, fifo in queues.items():
         retry = broker.retry_key(queue)
         members[retry] = dict(client.zrange(retry, 0, -1, withscores=True))
@@ -336,7 +339,11 @@ def check_redis_agrees(queues: dict[str, bool]) -> Result:
             for job_id in {i for i in listed if listed.count(i) > 1}:
                 problems.append((job_id, f"{listed.count(job_id)} times in {ready}"))
         else:
-            members[ready] = dict(client.zrange(ready, 0, -1, withscores=True))
+            scored = client.zrange(ready, 0, -1, withscores=True)
+            members[ready] = {broker.member_job_id(member): score for member, score in scored}
+            ready_members[ready] = {broker.member_job_id(member): member for member, _ in scored}
+            if len(members[ready]) < len(scored):
+                problems.append((ready, "an id has several members"))
         other = broker.ready_key(queue, not fifo)
         if client.exists(other):
             problems.append((other, "a ready structure this queue does not use holds ids"))
@@ -346,7 +353,7 @@ def check_redis_agrees(queues: dict[str, bool]) -> Result:
     for job_id, keys in places.items():
         if len(keys) > 1:
             problems.append((job_id, f"in several structures: {keys}"))
-    for job_id, (queue, priority, enqueued_at, due) in queued.items():
+    for job_id, (queue, priority_value, enqueued_at, due) in queued.items():
         retry = members[broker.retry_key(queue)]
         ready_key = broker.ready_key(queue, queues[queue])
         ready = members[ready_key]
@@ -355,9 +362,12 @@ def check_redis_agrees(queues: dict[str, bool]) -> Result:
             if score is None or abs(score - broker.due_score(due)) > 0.001:
                 problems.append((job_id, f"waiting until {due.isoformat()} but retry score is {score}"))
         elif job_id in ready:
-            expected = None if queues[queue] else broker.priority_score(PRIORITY_TIER[priority], enqueued_at)
+            expected = None if queues[queue] else broker.ready_score(priority_value)
             if ready[job_id] != expected:
                 problems.append((job_id, f"score {ready[job_id]} in {ready_key}, expected {expected}"))
+            member = ready_members.get(ready_key, {}).get(job_id)
+            if member is not None and member != broker.ready_member(job_id, enqueued_at):
+                problems.append((job_id, f"member {member} in {ready_key}, not at its enqueue time"))
         elif job_id not in retry:
             problems.append((job_id, "due but in no ready structure"))
     for key, ids in members.items():

@@ -51,3 +51,11 @@ def fails_on_first_attempt(context) -> int:
 @task(max_attempts=2)
 def always_fails() -> None:
     raise ValueError("every attempt fails")
+
+
+@task()
+def record_run(label: str) -> None:
+    """Appends ``label`` to a Redis list: the order tasks really ran in, across processes."""
+    from queue_app.broker import get_client
+
+    get_client().rpush("conformance:ran", label)

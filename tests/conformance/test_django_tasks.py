@@ -7,7 +7,7 @@ test_immediate_backend.py, test_dummy_backend.py) or django-tasks'
 deliberately differs from the immediate backend (a task runs later, on a worker,
 and joins the caller's transaction) the port checks the backend's behaviour and
 says so. Not covered here (other work): SystemExit / KeyboardInterrupt / exit()
-inside a task, async task functions, ordering across the full -100..100 range.
+inside a task, async task functions.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist, TaskRes
 from django.test import override_settings
 from django.utils import timezone
 
+from queue_app import broker
 from queue_app.exceptions import JobCancelled
 from queue_app.models import Job
 from queue_app.services import cancel_job
@@ -424,3 +425,20 @@ def test_deferred_task_does_not_run_before_run_after(relay):
     finally:
         kill_group(process)
     assert default_task_backend.get_result(later.id).status == TaskResultStatus.READY
+
+
+def test_priority_orders_tasks_across_the_full_range_fifo_within_one_value(relay, redis_client):
+    """django-tasks test_database_backend's ordering of ready tasks (``-priority``, then by
+    enqueue) on the real worker; Django's ``Task.priority`` range is -100..100 (test_tasks'
+    test_invalid_priority bounds it), and 20 runs before 10 before 2."""
+    priorities = [2, 20, -100, 10, 100, 2, 1, 50, -1, 0, 20, -100]
+    labels = [f"{index}:{priority}" for index, priority in enumerate(priorities)]
+    for label, priority in zip(labels, priorities, strict=True):
+        test_tasks.record_run.using(priority=priority).enqueue(label)
+    # Every id in Redis before the worker starts, so the first pop sees them all.
+    wait_until(lambda: redis_client.zcard(broker.priority_key("default")) == len(labels))
+    run_worker()
+
+    ran = redis_client.lrange("conformance:ran", 0, -1)
+    # Highest first; equal priorities in enqueue order (a stable sort keeps it).
+    assert ran == sorted(labels, key=lambda label: -int(label.split(":")[1]))

@@ -1,4 +1,4 @@
-"""Redis layout and exact priority ordering."""
+"""Redis layout and exact priority ordering: (priority desc, enqueue time asc), FIFO within one value."""
 
 from datetime import UTC, datetime, timedelta
 
@@ -9,16 +9,17 @@ from hypothesis import strategies as st
 from queue_app import broker
 
 # Every enqueue time the API accepts: enqueue time is now (after 2020) or a run_at, which
-# enqueue refuses after the last exact score (tested in test_enqueue and the API tests).
+# enqueue refuses after the last exact time (tested in test_enqueue and the API tests).
 START = datetime(2020, 1, 1, tzinfo=UTC)
-LATEST = datetime(2055, 9, 5, 5, 58, 26, 842623, tzinfo=UTC)  # 2020-01-01 + (2**50 - 1) µs
+LATEST = datetime(2305, 6, 5, 23, 47, 34, 740991, tzinfo=UTC)  # 2020-01-01 + (2**53 - 1) µs
 times = st.datetimes(min_value=START.replace(tzinfo=None), max_value=LATEST.replace(tzinfo=None)).map(
     lambda moment: moment.replace(tzinfo=UTC)
 )
 # Within about a second of each other: where float64 precision runs out first.
 ONE_SECOND = 10**6
 nearby = st.integers(-ONE_SECOND, ONE_SECOND)
-TIERS = [(a, b) for a in range(3) for b in range(3)]
+# django.tasks' range (the REST API's tiers are 10, 0 and -10 in it).
+priorities = st.integers(-100, 100)
 
 pytestmark = pytest.mark.redis
 
@@ -28,82 +29,131 @@ def original_score(tier: int, moment: datetime) -> float:
     return tier * 1000 + moment.timestamp() / 1e12
 
 
-def test_original_scoring_ties_jobs_one_millisecond_apart():
-    first = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
-    second = first + timedelta(milliseconds=1)
-    assert original_score(1, first) == original_score(1, second)  # the bug we fix
-    assert broker.priority_score(1, first) < broker.priority_score(1, second)
-
-
-@pytest.mark.parametrize(
-    ("tier", "moment", "expected"),
-    [
-        (0, START, 0),
-        # 2020-01-01 to 2026-11-29 is 2524 days (2020 and 2024 are leap years: 6 * 365 + 2 = 2192
-        # to 2026-01-01, then 304 to November 1st and 28 more); + 12 h:
-        # (2524 * 86400 + 43200) s = 218_116_800 s = 218_116_800_000_000 µs; tier 1 adds 2**50.
-        (1, datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC), 1_125_899_906_842_624 + 218_116_800_000_000),
-        (1, datetime(2026, 11, 29, 12, 0, 0, 1, tzinfo=UTC), 1_344_016_706_842_625),
-        (2, START, 2_251_799_813_685_248),  # 2 * 2**50
-        (2, LATEST, 3_377_699_720_527_871),  # 3 * 2**50 - 1, the largest score, below 2**53
-    ],
-)
-def test_score_is_tier_times_2_to_the_50_plus_microseconds_since_2020(tier, moment, expected):
-    assert broker.priority_score(tier, moment) == expected
-    assert broker.LATEST_EXACT_TIME == LATEST
-
-
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(moment=times, offset=nearby)
-@pytest.mark.parametrize(("tier_a", "tier_b"), TIERS)
-def test_two_jobs_about_a_second_apart_pop_by_tier_then_time(redis_client, tier_a, tier_b, moment, offset):
-    later = min(max(moment + timedelta(microseconds=offset), START), LATEST)
-    key = broker.priority_key("default")
-    redis_client.delete(key)
-    # Member order disagrees with enqueue order, so only the score can pop them right.
-    first, second = ("b-first", moment, tier_a), ("a-second", later, tier_b)
+def push(client, jobs) -> None:
+    """Make (id, priority, enqueue time) jobs ready, as the relay does."""
     broker.apply(
-        redis_client,
-        [
-            broker.Intent("enqueue", name, "default", False, broker.priority_score(tier, at))
-            for name, at, tier in (first, second)
-        ],
-    )
-    popped = broker.reserve(redis_client, "default", False, 2)
-    if (tier_a, moment) == (tier_b, later):
-        assert sorted(popped) == ["a-second", "b-first"]  # one instant, one tier: either order
-    else:
-        expected = sorted([first, second], key=lambda job: (job[2], job[1]))
-        assert popped == [name for name, _, _ in expected]
-
-
-@settings(max_examples=200, deadline=None)
-@given(tier=st.integers(0, 2), moment=times, micros=st.integers(1, ONE_SECOND))
-def test_one_microsecond_apart_is_a_different_score(tier, moment, micros):
-    later = moment + timedelta(microseconds=micros)
-    if later <= LATEST:
-        assert broker.priority_score(tier, moment) < broker.priority_score(tier, later)
-
-
-def test_medium_jobs_one_millisecond_apart_pop_in_enqueue_order(redis_client):
-    base = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
-    ids = [f"job-{i:03d}" for i in range(200)]
-    # Add in reverse so member (id) order cannot produce the right answer by luck.
-    broker.apply(
-        redis_client,
+        client,
         [
             broker.Intent(
                 "enqueue",
                 job_id,
                 "default",
                 False,
-                broker.priority_score(1, base + timedelta(milliseconds=i)),
+                broker.ready_score(priority),
+                broker.ready_member(job_id, at),
             )
-            for i, job_id in reversed(list(enumerate(ids)))
+            for job_id, priority, at in jobs
         ],
+    )
+
+
+def test_original_scoring_ties_jobs_one_millisecond_apart():
+    first = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
+    second = first + timedelta(milliseconds=1)
+    assert original_score(1, first) == original_score(1, second)  # the bug we fix
+    assert broker.ready_member("b", first) < broker.ready_member("a", second)
+
+
+@pytest.mark.parametrize(
+    ("moment", "expected"),
+    [
+        (START, "0000000000000000:job"),
+        # 2020-01-01 to 2026-11-29 is 2524 days (2020 and 2024 are leap years: 6 * 365 + 2 = 2192
+        # to 2026-01-01, then 304 to November 1st and 28 more); + 12 h:
+        # (2524 * 86400 + 43200) s = 218_116_800 s = 218_116_800_000_000 µs.
+        (datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC), "0218116800000000:job"),
+        (datetime(2026, 11, 29, 12, 0, 0, 1, tzinfo=UTC), "0218116800000001:job"),
+        (LATEST, "9007199254740991:job"),  # 2**53 - 1: still 16 digits, still an exact float
+        (START - timedelta(days=1), "0000000000000000:job"),  # before 2020 clamps to the epoch
+    ],
+)
+def test_member_is_16_digit_microseconds_since_2020_then_the_id(moment, expected):
+    assert broker.ready_member("job", moment) == expected
+    assert broker.member_job_id(expected) == "job"
+    assert broker.LATEST_EXACT_TIME == LATEST
+    assert broker.enqueue_order_score(LATEST) == 2**53 - 1
+
+
+@pytest.mark.parametrize(("priority", "score"), [(100, -100.0), (10, -10.0), (0, 0.0), (-100, 100.0)])
+def test_score_is_the_negated_priority_so_the_highest_pops_first(priority, score):
+    assert broker.ready_score(priority) == score
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(priority_a=priorities, priority_b=priorities, moment=times, offset=nearby)
+def test_two_jobs_about_a_second_apart_pop_by_priority_then_time(
+    redis_client, priority_a, priority_b, moment, offset
+):
+    later = min(max(moment + timedelta(microseconds=offset), START), LATEST)
+    redis_client.delete(broker.priority_key("default"))
+    # Id order disagrees with enqueue order, so only the layout can pop them right.
+    first, second = ("b-first", priority_a, moment), ("a-second", priority_b, later)
+    push(redis_client, [first, second])
+    popped = broker.reserve(redis_client, "default", False, 2)
+    if (priority_a, moment) == (priority_b, later):
+        assert sorted(popped) == ["a-second", "b-first"]  # one instant, one priority: either order
+    else:
+        expected = sorted([first, second], key=lambda job: (-job[1], job[2]))
+        assert popped == [job_id for job_id, _, _ in expected]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    jobs=st.lists(
+        st.tuples(st.sampled_from([-100, -1, 0, 1, 2, 10, 20, 100]), nearby), min_size=1, max_size=30
+    ),
+    moment=times,
+)
+def test_many_jobs_pop_in_priority_order_and_fifo_within_one_value(redis_client, jobs, moment):
+    """Several jobs per value (20 before 10 before 2, as Django's tests expect), pushed out of order."""
+    redis_client.delete(broker.priority_key("default"))
+    # Distinct enqueue times (enqueue spaces one call's jobs a microsecond apart).
+    placed = {}
+    for index, (priority, offset) in enumerate(jobs):
+        at = min(max(moment + timedelta(microseconds=offset * 64 + index), START), LATEST)
+        placed[f"job-{len(jobs) - index:03d}"] = (priority, at)
+    push(redis_client, [(job_id, priority, at) for job_id, (priority, at) in reversed(placed.items())])
+    popped = broker.reserve(redis_client, "default", False, len(jobs))
+    assert sorted(popped) == sorted(placed)
+    order = [(-placed[job_id][0], placed[job_id][1]) for job_id in popped]
+    assert order == sorted(order)
+
+
+@settings(max_examples=200, deadline=None)
+@given(moment=times, micros=st.integers(1, ONE_SECOND))
+def test_one_microsecond_apart_is_a_different_place(moment, micros):
+    later = moment + timedelta(microseconds=micros)
+    if later <= LATEST:
+        # "z" sorts after "a": the time alone must decide.
+        assert broker.ready_member("z", moment) < broker.ready_member("a", later)
+
+
+def test_jobs_of_one_priority_one_millisecond_apart_pop_in_enqueue_order(redis_client):
+    base = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
+    ids = [f"job-{i:03d}" for i in range(200)]
+    # Add in reverse id order so id order cannot produce the right answer by luck.
+    push(
+        redis_client,
+        [(job_id, 7, base + timedelta(milliseconds=i)) for i, job_id in reversed(list(enumerate(ids)))],
     )
     popped = broker.reserve(redis_client, "default", False, 500)
     assert popped == ids
+
+
+def test_ready_heads_name_the_first_id_of_each_priority_value(redis_client):
+    base = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
+    push(
+        redis_client,
+        [
+            ("p5-old", 5, base),
+            ("p5-new", 5, base + timedelta(seconds=1)),
+            ("p0-new", 0, base + timedelta(seconds=2)),
+            ("p0-old", 0, base - timedelta(seconds=1)),
+            ("pm7", -7, base + timedelta(seconds=3)),
+        ],
+    )
+    heads = broker.ready_heads(redis_client, [("default", False)])
+    assert heads == ["p5-old", "p0-old", "pm7"]
 
 
 def test_take_due_moves_each_id_once(redis_client):
@@ -126,9 +176,10 @@ def test_keys_share_a_cluster_hash_tag():
 
 
 def test_remove_takes_an_id_out_of_every_structure(redis_client):
+    member = broker.ready_member("x", datetime(2026, 1, 1, tzinfo=UTC))
     broker.apply(redis_client, [broker.Intent("enqueue", "x", "q", True, None)])
-    broker.apply(redis_client, [broker.Intent("enqueue", "x", "q", False, 5.0)])
-    broker.apply(redis_client, [broker.Intent("remove", "x", "q", False, None)])
+    broker.apply(redis_client, [broker.Intent("enqueue", "x", "q", False, 5.0, member)])
+    broker.apply(redis_client, [broker.Intent("remove", "x", "q", False, None, member)])
     assert redis_client.keys() == [broker.wake_key("q")]  # only the wake token is left
 
 
@@ -141,27 +192,41 @@ def test_an_arrival_wakes_a_waiting_worker(redis_client):
     assert broker.wait_for_work(redis_client, ["default"], timeout=0.1) is True
 
 
+def member_of(i: int) -> str:
+    return broker.ready_member(f"id-{i}", datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=i))
+
+
+def in_order_intents(fifo: bool) -> list:
+    """id-0 .. id-4, in pop order: falling priorities, and two of one priority in time order."""
+    priorities = [5, 4, 4, 0, -3]
+    return [
+        broker.Intent("enqueue", f"id-{i}", "q", fifo, broker.ready_score(priorities[i]), member_of(i))
+        for i in range(5)
+    ]
+
+
 @pytest.mark.parametrize("fifo", [True, False])
 def test_a_pop_moves_ids_in_flight_until_acknowledged(redis_client, fifo):
-    broker.apply(redis_client, [broker.Intent("enqueue", f"id-{i}", "q", fifo, float(i)) for i in range(5)])
+    broker.apply(redis_client, in_order_intents(fifo))
     assert broker.reserve(redis_client, "q", fifo, 3) == ["id-0", "id-1", "id-2"]
     assert sorted(redis_client.zrange(broker.inflight_key("q"), 0, -1)) == ["id-0", "id-1", "id-2"]
     broker.acknowledge(redis_client, {"q": ["id-0", "id-1", "id-2"]})
     assert redis_client.zcard(broker.inflight_key("q")) == 0
-    assert not redis_client.exists(broker.inflight_scores_key("q"))
+    assert not redis_client.exists(broker.inflight_places_key("q"))
     # Nothing expired: a sweep moves nothing.
     assert broker.return_expired(redis_client, "q", fifo) == 0
 
 
 @pytest.mark.parametrize("fifo", [True, False])
 def test_unacknowledged_ids_go_back_in_their_place_after_the_deadline(redis_client, monkeypatch, fifo):
-    broker.apply(redis_client, [broker.Intent("enqueue", f"id-{i}", "q", fifo, float(i)) for i in range(5)])
+    broker.apply(redis_client, in_order_intents(fifo))
     monkeypatch.setattr("queue_app.broker.ready.INFLIGHT_SECONDS", 0)
     assert broker.reserve(redis_client, "q", fifo, 2) == ["id-0", "id-1"]  # then the worker dies
     assert broker.return_expired(redis_client, "q", fifo) == 2
     assert broker.return_expired(redis_client, "q", fifo) == 0  # each id moves once
     if not fifo:
-        assert redis_client.zscore(broker.priority_key("q"), "id-1") == 1.0  # its old score
+        # Its old score and member: id-1 has a lower priority than id-0, and pops after it.
+        assert redis_client.zscore(broker.priority_key("q"), member_of(1)) == -4.0
     assert redis_client.zcard(broker.inflight_key("q")) == 0
     # Back at the front, in the order they were popped.
     assert broker.reserve(redis_client, "q", fifo, 5) == [f"id-{i}" for i in range(5)]

@@ -30,17 +30,29 @@ def test_enqueue_writes_job_log_and_outbox_together():
     assert list(JobLog.objects.filter(job=job).values_list("event", flat=True)) == ["enqueued"]
     outbox = OutboxMessage.objects.get(job=job)
     assert outbox.action == "enqueue" and outbox.dispatched_at is None
-    # Tier 0 (high): the score is the microseconds since 2020-01-01, worked out here by hand.
+    # high stands for 10: the score is -10; the member is the µs since 2020-01-01, then the id.
+    assert stored.priority_value == 10
     micros = (stored.enqueued_at - datetime(2020, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
-    assert outbox.score == micros
+    assert (outbox.score, outbox.member) == (-10, f"{micros:016d}:{job.id}")
 
 
-def test_a_low_job_scores_two_tiers_of_2_to_the_50_above_its_time():
-    job = enqueue_job("demo.echo", priority="low")
-    micros = (Job.objects.get(id=job.id).enqueued_at - datetime(2020, 1, 1, tzinfo=UTC)) // timedelta(
-        microseconds=1
-    )
-    assert OutboxMessage.objects.get(job=job).score == 2_251_799_813_685_248 + micros  # 2 * 2**50
+@pytest.mark.parametrize(
+    ("priority", "tier", "value"),
+    [("high", "high", 10), ("medium", "medium", 0), ("low", "low", -10), (50, "high", 50), (0, "medium", 0)]
+    + [(-100, "low", -100), (100, "high", 100), (1, "high", 1), (-1, "low", -1)],
+)
+def test_a_priority_by_name_or_integer_is_stored_as_its_tier_and_value(priority, tier, value):
+    job = enqueue_job("demo.echo", priority=priority)
+    stored = Job.objects.get(id=job.id)
+    assert (job.priority, job.priority_value) == (stored.priority, stored.priority_value) == (tier, value)
+    assert OutboxMessage.objects.get(job=job).score == -value
+
+
+def test_a_bad_priority_names_the_field_and_its_rule():
+    with pytest.raises(InvalidJob) as error:
+        enqueue_job("demo.echo", priority=101)
+    assert error.value.field == "priority"
+    assert error.value.message == "must be one of high, medium, low, or an integer from -100 to 100"
 
 
 def test_caller_rollback_leaves_no_job_no_outbox_and_nothing_in_redis(redis_client):
@@ -98,8 +110,13 @@ def test_key_of_another_owner_is_in_use(django_user_model):
         ({"payload": {"s": "\ud800"}}, "payload"),
         ({"payload": {"n": 2**70}}, "payload"),
         ({"idempotency_key": "x" * 256}, "idempotency_key"),
-        ({"run_at": datetime(2055, 9, 5, 5, 58, 26, 842624, tzinfo=UTC)}, "run_at"),  # LAST + 1 µs
-        ({"run_at": datetime(2099, 1, 1, tzinfo=UTC)}, "run_at"),
+        ({"run_at": datetime(2305, 6, 5, 23, 47, 34, 740992, tzinfo=UTC)}, "run_at"),  # LAST + 1 µs
+        ({"run_at": datetime(2400, 1, 1, tzinfo=UTC)}, "run_at"),
+        ({"priority": "urgent"}, "priority"),
+        ({"priority": 101}, "priority"),
+        ({"priority": -101}, "priority"),
+        ({"priority": True}, "priority"),
+        ({"priority": 1.5}, "priority"),
     ],
 )
 def test_invalid_requests_name_the_field_and_write_nothing(kwargs, field):
@@ -110,22 +127,23 @@ def test_invalid_requests_name_the_field_and_write_nothing(kwargs, field):
     assert not Job.objects.exists() and not OutboxMessage.objects.exists()
 
 
-# 2020-01-01 + (2**50 - 1) µs: the last enqueue time whose priority score is exact.
-LAST = datetime(2055, 9, 5, 5, 58, 26, 842623, tzinfo=UTC)
+# 2020-01-01 + (2**53 - 1) µs: the last enqueue time ordered exactly.
+LAST = datetime(2305, 6, 5, 23, 47, 34, 740991, tzinfo=UTC)
 
 
 def test_run_at_may_be_the_last_exactly_scored_instant():
     job = enqueue_job("demo.echo", run_at=LAST, priority="low")
     assert Job.objects.get(id=job.id).enqueued_at == LAST
-    # Once due, its score is the largest one: 3 * 2**50 - 1 (below 2**53, exact in float64).
-    assert broker.priority_score(2, LAST) == 3_377_699_720_527_871
+    # Once due, its member has the largest time: 2**53 - 1 µs, 16 digits, exact as a float64.
+    assert broker.ready_member(job.id, LAST) == f"9007199254740991:{job.id}"
+    assert broker.enqueue_order_score(LAST) == 2**53 - 1
 
 
 def test_a_run_at_beyond_the_score_range_is_refused_with_its_limit():
     with pytest.raises(InvalidJob) as error:
         enqueue_job("demo.echo", run_at=LAST + timedelta(microseconds=1))
     assert error.value.field == "run_at"
-    assert "2055-09-05T05:58:26.842623+00:00" in error.value.message
+    assert "2305-06-05T23:47:34.740991+00:00" in error.value.message
 
 
 def test_deeply_nested_payload_is_rejected_without_recursion_error():

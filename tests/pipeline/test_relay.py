@@ -13,7 +13,7 @@ from queue_app.engine import sql
 from queue_app.models import OutboxMessage
 from queue_app.runtime.relay import Relay
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
-from tests.helpers import kill_group, manage, wait_until
+from tests.helpers import kill_group, manage, ready_ids, ready_score, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
@@ -37,7 +37,7 @@ def test_relay_wakes_on_notify_long_before_its_poll_interval(redis_client):
         wait_until(lambda: listening_backends() - before, message="the relay's LISTEN")
         job = enqueue_job("demo.echo")
         # With a 60 s poll, only the NOTIFY sent at commit can deliver it this fast.
-        wait_until(lambda: redis_client.zscore(broker.priority_key("default"), str(job.id)), timeout=10)
+        wait_until(lambda: ready_score(redis_client, str(job.id)) is not None, timeout=10)
     finally:
         kill_group(relay)
 
@@ -92,7 +92,7 @@ def test_a_relay_skips_rows_another_transaction_holds_instead_of_waiting(redis_c
             with connection.cursor() as cursor:
                 cursor.execute("RESET lock_timeout")
         assert sent == 20
-        ready = set(redis_client.zrange(broker.priority_key("default"), 0, -1))
+        ready = set(ready_ids(redis_client))
         assert ready == {str(job.id) for job in jobs} - {str(job_id) for job_id in held}
         assert set(OutboxMessage.objects.filter(dispatched_at=None).values_list("job_id", flat=True)) == held
         holder.rollback()

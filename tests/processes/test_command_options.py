@@ -13,7 +13,7 @@ from django.db import connection
 from queue_app import broker
 from queue_app.models import OutboxMessage
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
-from tests.helpers import child_env, manage
+from tests.helpers import child_env, manage, ready_ids
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
@@ -36,7 +36,7 @@ def test_relay_once_drains_in_batches_of_the_given_size_and_exits(redis_client):
     assert done.stdout.strip() == "relay stopped: 30 outbox rows dispatched"
     assert [e["count"] for e in log_events(done.stderr, "outbox_dispatched")] == [7, 7, 7, 7, 2]
     assert not OutboxMessage.objects.filter(dispatched_at__isnull=True).exists()
-    ready = redis_client.zrange(broker.priority_key("default"), 0, -1)
+    ready = ready_ids(redis_client)
     assert sorted(ready) == sorted(str(job.id) for job in jobs)
 
 
@@ -104,9 +104,7 @@ def test_reconcile_batch_size_pages_the_jobs_and_still_repairs_everything(redis_
     commands = monitor.stop()
     assert done.returncode == 0, done.stderr
     assert re.match(r"^reconcile: restored_ready=10 restored_retry=0 removed_stale=6 ", done.stdout)
-    assert sorted(redis_client.zrange(broker.priority_key("default"), 0, -1)) == sorted(
-        str(job.id) for job in jobs
-    )
+    assert sorted(ready_ids(redis_client)) == sorted(str(job.id) for job in jobs)
     # Membership is looked up one page of at most 4 jobs at a time.
     lookups = [c.split() for c in commands if c.startswith("ZMSCORE queue:{default}:priority ")]
     assert [len(lookup) - 2 for lookup in lookups] == [4, 4, 2]

@@ -9,10 +9,9 @@ import threading
 import pytest
 from django.db import connection
 
-from queue_app import broker
 from queue_app.models import Job, JobLog
 from queue_app.services import enqueue_job
-from tests.helpers import child_env, kill_group, manage, relay_all, wait_until
+from tests.helpers import child_env, kill_group, manage, ready_score, relay_all, wait_until
 from tests.reconciler.proxy import postgres_proxy, postgres_via, redis_proxy, redis_via
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.redis]
@@ -84,7 +83,7 @@ def test_relay_rides_out_a_postgres_outage(postgres_link, children, redis_client
     assert relay.poll() is None
     assert len(events.named("store_unavailable")) == 1
     postgres_link.start()
-    wait_until(lambda: redis_client.zscore(broker.priority_key("default"), str(job.id)), timeout=30)
+    wait_until(lambda: ready_score(redis_client, str(job.id)) is not None, timeout=30)
     [recovered] = wait_until(lambda: events.named("store_available_again"), timeout=10)
     assert recovered["after_failures"] >= 3
 

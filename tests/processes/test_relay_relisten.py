@@ -11,10 +11,9 @@ import threading
 import pytest
 from django.db import connection
 
-from queue_app import broker
 from queue_app.engine import sql
 from queue_app.services import enqueue_job
-from tests.helpers import child_env, kill_group, manage, wait_until
+from tests.helpers import child_env, kill_group, manage, ready_score, wait_until
 from tests.reconciler.proxy import postgres_proxy, postgres_via
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
@@ -56,7 +55,7 @@ def test_relay_listens_again_after_its_connection_is_cut(postgres_link, redis_cl
     try:
         before = wait_until(listening_backends, timeout=60, message="the relay's LISTEN")
         first = enqueue_job("demo.echo")
-        wait_until(lambda: redis_client.zscore(broker.priority_key("default"), str(first.id)), timeout=20)
+        wait_until(lambda: ready_score(redis_client, str(first.id)) is not None, timeout=20)
 
         postgres_link.stop()
         # Noticed by whichever of its connections the relay uses first: the batch's or the LISTEN's.
@@ -68,7 +67,7 @@ def test_relay_listens_again_after_its_connection_is_cut(postgres_link, redis_cl
         wait_until(listening_backends, timeout=60, message="a new LISTEN")
         second = enqueue_job("demo.echo")
         # Far inside the 60 s poll: only a NOTIFY can have woken the relay.
-        wait_until(lambda: redis_client.zscore(broker.priority_key("default"), str(second.id)), timeout=20)
+        wait_until(lambda: ready_score(redis_client, str(second.id)) is not None, timeout=20)
         assert relay.poll() is None
     finally:
         kill_group(relay)

@@ -34,17 +34,23 @@ def set_fields(job_ids, **values) -> None:
     Job.objects.filter(id__in=list(job_ids)).update(**values)
 
 
-def expected_place(job: Job, fifo: bool) -> tuple[str, float | None]:
-    """(key, score) where a queued job belongs; FIFO list entries have no score."""
+def expected_place(job: Job, fifo: bool) -> tuple[str, str, float | None]:
+    """(key, member, score) where a queued job belongs; FIFO list entries have no score."""
     job.refresh_from_db()
     if job.next_retry_at is not None and job.next_retry_at > timezone.now():
-        return broker.retry_key(job.queue), job.next_retry_at.timestamp()  # due epoch seconds
+        return broker.retry_key(job.queue), str(job.id), job.next_retry_at.timestamp()  # due epoch seconds
     if fifo:
-        return broker.fifo_key(job.queue), None
-    # Worked out here, not by priority_score: tier * 2**50 + µs since 2020-01-01.
-    tier = {"high": 0, "medium": 1, "low": 2}[job.priority]
+        return broker.fifo_key(job.queue), str(job.id), None
+    # Worked out here, not by ready_score: the score is the negated priority (the REST
+    # tiers are 10, 0 and -10); the member's enqueue time orders equal scores.
+    score = -{"high": 10, "medium": 0, "low": -10}[job.priority]
+    return broker.priority_key(job.queue), expected_member(job), score
+
+
+def expected_member(job: Job) -> str:
+    """A ready job's member: 16 digits of µs since 2020-01-01, a colon, its id."""
     micros = (job.enqueued_at - datetime(2020, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
-    return broker.priority_key(job.queue), tier * 2**50 + micros
+    return f"{micros:016d}:{job.id}"
 
 
 def redis_state(client) -> dict:

@@ -17,7 +17,7 @@ from django.utils import timezone
 from queue_app import broker
 from queue_app.engine import execution
 from queue_app.engine.execution import Completion
-from tests.helpers import child_env, manage, wait_until
+from tests.helpers import child_env, manage, ready_score, wait_until
 from tests.reconciler.proxy import TcpProxy, postgres_proxy, postgres_via, redis_proxy, redis_via
 from tests.reconciler.support import database_state, enqueue, mark_relayed, redis_state
 
@@ -147,8 +147,8 @@ def test_a_run_repairs_prints_one_summary_line_and_logs_each_change(redis_client
         ("reconcile_removed_stale", ids["finished"]),
         ("reconcile_requeued_expired", ids["expired"]),
     } <= changes
-    assert redis_client.zscore(broker.priority_key("default"), ids["ready"]) is not None
-    assert redis_client.zscore(broker.priority_key("default"), ids["finished"]) is None
+    assert ready_score(redis_client, ids["ready"]) is not None
+    assert ready_score(redis_client, ids["finished"]) is None
     assert redis_client.lrange(broker.fifo_key("bulk"), 0, -1) == [ids["fifo"]]
     assert redis_client.zscore(broker.retry_key("default"), ids["waiting"]) is not None
 
@@ -164,13 +164,13 @@ def _outage_then_recovery(proc: Running, proxy: TcpProxy, redis_client, job_id: 
     stamps = [datetime.fromisoformat(e["timestamp"]) for e in logged]
     assert min((b - a).total_seconds() for a, b in itertools.pairwise(stamps)) >= interval * 0.9
     assert [e["consecutive_failures"] for e in logged] == sorted({e["consecutive_failures"] for e in logged})
-    assert redis_client.zscore(broker.priority_key("default"), job_id) is None
+    assert ready_score(redis_client, job_id) is None
     recovered = len(proc.named("store_available_again"))
     summaries = len(proc.summaries())
 
     proxy.start()
     wait_until(
-        lambda: redis_client.zscore(broker.priority_key("default"), job_id) is not None,
+        lambda: ready_score(redis_client, job_id) is not None,
         timeout=60,
         message="the job is restored once the store is back",
     )

@@ -8,7 +8,8 @@ from queue_app import broker, services
 from queue_app.engine import execution
 from queue_app.engine.execution import Completion
 from queue_app.runtime.reconciler import Reconciler
-from tests.reconciler.support import enqueue, mark_relayed
+from tests.helpers import ready_ids, ready_score
+from tests.reconciler.support import enqueue, expected_member, mark_relayed
 
 pytestmark = [pytest.mark.django_db, pytest.mark.redis]
 
@@ -21,7 +22,8 @@ def completed_job():
 
 
 def test_stale_ids_are_removed_from_every_structure_and_queued_ones_kept(redis_client):
-    queued, queued_fifo = str(enqueue(1)[0].id), str(enqueue(1, queue="bulk")[0].id)
+    queued_job, queued_fifo = enqueue(1)[0], str(enqueue(1, queue="bulk")[0].id)
+    queued = str(queued_job.id)
     finished = completed_job()
     cancelled = str(enqueue(1)[0].id)
     services.cancel_job(cancelled)
@@ -32,14 +34,18 @@ def test_stale_ids_are_removed_from_every_structure_and_queued_ones_kept(redis_c
         broker.fifo_key("bulk"),
         broker.retry_key("default"),
     )
-    redis_client.zadd(priority, {queued: 1, unknown: 2, finished: 3, "not-a-uuid": 4})
+    # Stale members come bare or with an enqueue time; the queued job's own member stays.
+    redis_client.zadd(
+        priority,
+        {expected_member(queued_job): 1, unknown: 2, f"0000000000000001:{finished}": 3, "not-a-uuid": 4},
+    )
     redis_client.zadd(retry, {cancelled: 5, finished: 6})
     # Pushed twice (a relay re-send): duplicates of a queued job are harmless and stay.
     redis_client.rpush(fifo, finished, queued_fifo, unknown, finished, queued_fifo, cancelled, finished)
 
     report = Reconciler(batch_size=2).run_once()
 
-    assert redis_client.zrange(priority, 0, -1) == [queued]
+    assert ready_ids(redis_client) == [queued]
     assert redis_client.zrange(retry, 0, -1) == []
     assert redis_client.lrange(fifo, 0, -1) == [queued_fifo, queued_fifo]
     # priority: unknown, finished, garbage; retry: cancelled, finished; fifo: finished, unknown, cancelled
@@ -60,7 +66,7 @@ def test_misplaced_ids_are_moved_where_their_queue_expects_them(redis_client):
     assert report.counts["removed_stale"] == 2
     assert report.counts["restored_ready"] == 2
     assert redis_client.lrange(broker.fifo_key("bulk"), 0, -1) == [bulk_job]
-    assert redis_client.zrange(broker.priority_key("default"), 0, -1) == [default_job]
+    assert ready_ids(redis_client) == [default_job]
     assert redis_client.zcard(broker.priority_key("bulk")) == 0
 
 
@@ -74,7 +80,7 @@ def test_ids_with_an_undispatched_outbox_row_are_left_to_the_relay(redis_client)
 
     assert report.counts["removed_stale"] == 0
     assert report.counts["skipped_relay_pending"] == 1
-    assert redis_client.zscore(broker.priority_key("default"), job) == 1
+    assert ready_score(redis_client, job) == 1
 
 
 def test_a_long_fifo_list_is_pruned_across_chunks(redis_client):

@@ -9,7 +9,15 @@ from queue_app import broker
 from queue_app.models import Job
 from queue_app.runtime.reconciler import Reconciler
 from queue_app.states import Priority
-from tests.reconciler.support import QUEUES, enqueue, expected_place, mark_relayed, set_fields
+from tests.helpers import ready_ids, ready_score
+from tests.reconciler.support import (
+    QUEUES,
+    enqueue,
+    expected_member,
+    expected_place,
+    mark_relayed,
+    set_fields,
+)
 
 pytestmark = [pytest.mark.django_db, pytest.mark.redis]
 
@@ -44,11 +52,11 @@ def test_one_run_restores_every_queued_job_after_redis_is_flushed(redis_client):
     assert report.counts["restored_ready"] == 750
     assert report.counts["removed_stale"] == 0
     for job in jobs:
-        key, score = expected_place(job, QUEUES[job.queue])
+        key, member, score = expected_place(job, QUEUES[job.queue])
         if score is None:
-            assert redis_client.lpos(key, str(job.id)) is not None, job
+            assert redis_client.lpos(key, member) is not None, job
         else:
-            assert redis_client.zscore(key, str(job.id)) == score, job
+            assert redis_client.zscore(key, member) == score, job
     # Each job exactly once, in exactly one structure.
     depths = broker.depths(redis_client, list(QUEUES.items()))
     assert depths == {
@@ -83,18 +91,18 @@ def test_partial_loss_restores_only_what_is_missing_and_keeps_fifo_survivors_fir
         set_fields([job.id], enqueued_at=timezone.now() - timedelta(minutes=10, seconds=-offset))
     mark_relayed()
     for job in kept_ready:
-        redis_client.zadd(broker.priority_key("default"), {str(job.id): 1.0})  # a wrong score stays
+        # A wrong score stays: only a missing member is restored.
+        redis_client.zadd(broker.priority_key("default"), {expected_member(job): 1.0})
     survivors = [str(fifo_kept[1].id), str(fifo_kept[0].id)]  # the survivors' order is Redis's
     redis_client.rpush(broker.fifo_key("bulk"), *survivors)
 
     report = Reconciler(batch_size=2).run_once()
 
     assert report.counts["restored_ready"] == 6
-    assert all(redis_client.zscore(broker.priority_key("default"), str(j.id)) == 1.0 for j in kept_ready)
+    assert all(ready_score(redis_client, str(j.id)) == 1.0 for j in kept_ready)
     for job in lost_ready:
-        assert (
-            redis_client.zscore(broker.priority_key("default"), str(job.id)) == expected_place(job, False)[1]
-        )
+        key, member, score = expected_place(job, False)
+        assert redis_client.zscore(key, member) == score
     assert redis_client.lrange(broker.fifo_key("bulk"), 0, -1) == survivors + [str(j.id) for j in fifo_lost]
 
 
@@ -133,7 +141,7 @@ def test_grace_skips_jobs_the_relay_or_a_promotion_just_touched(redis_client):
 
     assert report.counts["skipped_grace"] == 2
     assert report.counts["restored_ready"] == 1
-    assert redis_client.zrange(broker.priority_key("default"), 0, -1) == [str(long_lost[0].id)]
+    assert ready_ids(redis_client) == [str(long_lost[0].id)]
     assert just_dispatched and just_due
 
     # After the grace they are restored too.

@@ -8,10 +8,12 @@
 -- One job: the same rows as insert_jobs, planned much faster than its arrays.
 -- A key already taken inserts nothing (the caller looks the job up).
 WITH job AS (
-    INSERT INTO jobs (id, type, queue, payload, priority, status, attempts, max_attempts,
-                      next_retry_at, enqueued_at, last_error, last_error_class, last_error_traceback, idempotency_key,
+    INSERT INTO jobs (id, type, queue, payload, priority, priority_value, status, attempts, max_attempts,
+                      next_retry_at, enqueued_at, last_error, last_error_class, last_error_traceback,
+                      idempotency_key,
                       idempotency_fingerprint, owner_id, worker_id, backend)
-    VALUES (%(id)s, %(type)s, %(queue)s, %(payload)s::jsonb, %(priority)s, %(status)s, 0, %(max_attempts)s,
+    VALUES (%(id)s, %(type)s, %(queue)s, %(payload)s::jsonb, %(priority)s, %(priority_value)s, %(status)s,
+            0, %(max_attempts)s,
             %(next_retry_at)s, %(enqueued_at)s, '', '', '', %(idempotency_key)s,
             %(fingerprint)s, %(owner_id)s, '', %(backend)s)
         ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
@@ -20,8 +22,8 @@ WITH job AS (
     INSERT INTO job_logs (job_id, level, event, message, extra)
     SELECT id, 'info', %(event)s, %(message)s, %(extra)s::jsonb FROM job
 ), dispatch AS (
-    INSERT INTO job_outbox (job_id, action, queue, score)
-    SELECT id, %(action)s, %(queue)s, %(score)s FROM job
+    INSERT INTO job_outbox (job_id, action, queue, score, member)
+    SELECT id, %(action)s, %(queue)s, %(score)s, %(member)s FROM job
 )
 SELECT id, created_at, pg_notify('jobqueue_outbox', '') FROM job
 
@@ -37,15 +39,16 @@ SELECT id, created_at, pg_notify('jobqueue_outbox', '') FROM job
 WITH request AS (
     SELECT *
       FROM jsonb_to_recordset(%(jobs)s::jsonb)
-           AS r(position int, id uuid, type text, queue text, payload text, priority text,
+           AS r(position int, id uuid, type text, queue text, payload text, priority text, priority_value int,
                 max_attempts int, next_retry_at timestamptz, enqueued_at timestamptz,
                 idempotency_key text, fingerprint text, backend text, message text, extra text,
-                action text, score float8)
+                action text, score float8, member text)
 ), job AS (
-    INSERT INTO jobs (id, type, queue, payload, priority, status, attempts, max_attempts,
-                      next_retry_at, enqueued_at, last_error, last_error_class, last_error_traceback, idempotency_key,
+    INSERT INTO jobs (id, type, queue, payload, priority, priority_value, status, attempts, max_attempts,
+                      next_retry_at, enqueued_at, last_error, last_error_class, last_error_traceback,
+                      idempotency_key,
                       idempotency_fingerprint, owner_id, worker_id, backend)
-    SELECT id, type, queue, payload::jsonb, priority, %(status)s, 0, max_attempts,
+    SELECT id, type, queue, payload::jsonb, priority, priority_value, %(status)s, 0, max_attempts,
            next_retry_at, enqueued_at, '', '', '', idempotency_key,
            fingerprint, %(owner_id)s, '', backend
       FROM request
@@ -58,8 +61,8 @@ WITH request AS (
       FROM request JOIN job USING (id)
      ORDER BY request.position
 ), dispatch AS (
-    INSERT INTO job_outbox (job_id, action, queue, score)
-    SELECT request.id, request.action, request.queue, request.score
+    INSERT INTO job_outbox (job_id, action, queue, score, member)
+    SELECT request.id, request.action, request.queue, request.score, request.member
       FROM request JOIN job USING (id)
      ORDER BY request.position
 ), notified AS (

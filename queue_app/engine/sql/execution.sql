@@ -110,7 +110,7 @@ UPDATE jobs
                ORDER BY lease_expires_at
                LIMIT %(limit)s
                  FOR UPDATE SKIP LOCKED)
-RETURNING id, status, attempts, queue, priority, enqueued_at, next_retry_at
+RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_at
 
 -- name: extend_leases
 -- Heartbeat: push out the leases a worker still holds.

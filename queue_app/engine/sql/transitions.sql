@@ -14,7 +14,7 @@ UPDATE jobs
        worker_id = '', lease_expires_at = NULL
  WHERE id = %(id)s AND status = ANY(%(sources)s) AND fence = %(fence)s
    AND attempts < max_attempts
-RETURNING id, status, attempts, queue, priority, enqueued_at, next_retry_at
+RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_at
 
 -- name: fail
 -- A failed attempt that is not retried: failed for good.
@@ -23,7 +23,7 @@ UPDATE jobs
        last_error = %(error)s, last_error_class = %(error_class)s, last_error_traceback = %(traceback)s,
        worker_id = '', lease_expires_at = NULL
  WHERE id = %(id)s AND status = ANY(%(sources)s) AND fence = %(fence)s
-RETURNING id, status, attempts, queue, priority, enqueued_at, next_retry_at
+RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_at
 
 -- name: hand_back
 -- A clean shutdown returns a running job unrun: the attempt is not counted;
@@ -32,13 +32,13 @@ UPDATE jobs SET status = %(target)s, attempts = attempts - 1, worker_id = '',
        lease_expires_at = NULL, started_at = NULL
  WHERE id = %(id)s AND status = ANY(%(sources)s) AND fence = %(fence)s AND worker_id = %(worker)s
 -- attempts + 1: the attempt handed back, which its log row names.
-RETURNING id, status, attempts + 1, queue, priority, enqueued_at, next_retry_at
+RETURNING id, status, attempts + 1, queue, priority_value, enqueued_at, next_retry_at
 
 -- name: cancel
 UPDATE jobs SET status = %(target)s, completed_at = now(), worker_id = '',
        lease_expires_at = NULL, next_retry_at = NULL
  WHERE id = %(id)s AND status = ANY(%(sources)s)
-RETURNING id, status, attempts, queue, priority, enqueued_at, next_retry_at
+RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_at
 
 -- name: retry
 -- Attempts are never reset (they fence stale workers): max_attempts rises instead.
@@ -46,4 +46,4 @@ UPDATE jobs SET status = %(target)s, max_attempts = GREATEST(max_attempts, attem
        next_retry_at = NULL, enqueued_at = now(), completed_at = NULL,
        result = NULL, worker_id = '', lease_expires_at = NULL
  WHERE id = %(id)s AND status = ANY(%(sources)s)
-RETURNING id, status, attempts, queue, priority, enqueued_at, next_retry_at
+RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_at
