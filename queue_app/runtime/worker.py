@@ -28,6 +28,7 @@ from queue_app.engine import execution, selectors
 from queue_app.engine.execution import ClaimedJob, Completion
 from queue_app.exceptions import JobTimeLimitExceeded, LeaseLost, QueueError, WorkerShutdown
 from queue_app.handlers import HandlerSpec, _current_job, get_handler
+from queue_app.observability.runs import observed_run
 from queue_app.payloads import check_json
 from queue_app.runtime.outages import OutageGuard
 from queue_app.states import PRIORITY_TIER
@@ -305,6 +306,7 @@ class Worker:
 
     # --- running one job --------------------------------------------------------
 
+    @observed_run
     def run_job(self, job: ClaimedJob) -> None:
         try:
             spec = get_handler(job.type)

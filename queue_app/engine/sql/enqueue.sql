@@ -3,6 +3,8 @@
 -- when the statement's transaction commits). One round trip per call: in
 -- autocommit the statement is its own transaction; inside the caller's
 -- transaction it joins it and commits (or rolls back) with it.
+-- %(trace_context)s: the trace context of the call (JSON text), NULL when
+-- tracing is off (observability/tracing.py).
 
 -- name: insert_job
 -- One job: the same rows as insert_jobs, planned much faster than its arrays.
@@ -10,10 +12,10 @@
 WITH job AS (
     INSERT INTO jobs (id, type, queue, payload, priority, status, attempts, max_attempts,
                       next_retry_at, enqueued_at, last_error, last_error_class, idempotency_key,
-                      idempotency_fingerprint, owner_id, worker_id, backend)
+                      idempotency_fingerprint, owner_id, worker_id, backend, trace_context)
     VALUES (%(id)s, %(type)s, %(queue)s, %(payload)s::jsonb, %(priority)s, %(status)s, 0, %(max_attempts)s,
             %(next_retry_at)s, %(enqueued_at)s, '', '', %(idempotency_key)s,
-            %(fingerprint)s, %(owner_id)s, '', %(backend)s)
+            %(fingerprint)s, %(owner_id)s, '', %(backend)s, %(trace_context)s::jsonb)
         ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, created_at
 ), logged AS (
@@ -44,10 +46,10 @@ WITH request AS (
 ), job AS (
     INSERT INTO jobs (id, type, queue, payload, priority, status, attempts, max_attempts,
                       next_retry_at, enqueued_at, last_error, last_error_class, idempotency_key,
-                      idempotency_fingerprint, owner_id, worker_id, backend)
+                      idempotency_fingerprint, owner_id, worker_id, backend, trace_context)
     SELECT id, type, queue, payload::jsonb, priority, %(status)s, 0, max_attempts,
            next_retry_at, enqueued_at, '', '', idempotency_key,
-           fingerprint, %(owner_id)s, '', backend
+           fingerprint, %(owner_id)s, '', backend, %(trace_context)s::jsonb
       FROM request
      ORDER BY idempotency_key NULLS LAST, position
         ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING

@@ -11,14 +11,17 @@ WITH claimed AS (
            lease_expires_at = now() + make_interval(secs => %(lease)s)
      WHERE id = ANY(%(ids)s::uuid[]) AND status = ANY(%(sources)s)
        AND (next_retry_at IS NULL OR next_retry_at <= now())
- RETURNING id, type, queue, payload, attempts, max_attempts
+ RETURNING id, type, queue, payload, attempts, max_attempts, enqueued_at, trace_context
 ), logged AS (
     INSERT INTO job_logs (job_id, created_at, level, event, message, extra)
     SELECT id, now(), %(level)s, %(event)s, 'claimed by ' || %(worker)s,
            jsonb_build_object('attempt', attempts, 'worker', %(worker)s)
       FROM claimed
 )
-SELECT id, type, queue, payload, attempts, max_attempts FROM claimed
+-- waited: seconds since the job became ready (enqueued_at is its enqueue, start or retry due time).
+SELECT id, type, queue, payload, attempts, max_attempts, trace_context,
+       EXTRACT(EPOCH FROM now() - enqueued_at)::float8 AS waited
+  FROM claimed
 
 -- name: complete_jobs
 WITH input AS (
@@ -29,12 +32,12 @@ WITH input AS (
            last_error = '', last_error_class = '', worker_id = '', lease_expires_at = NULL
       FROM input
      WHERE jobs.id = input.id AND jobs.status = ANY(%(sources)s) AND jobs.attempts = input.attempt
- RETURNING jobs.id, jobs.attempts
+ RETURNING jobs.id, jobs.attempts, jobs.type, jobs.queue
 ), logged AS (
     INSERT INTO job_logs (job_id, created_at, level, event, message, extra)
     SELECT id, now(), %(level)s, %(event)s, '', jsonb_build_object('attempt', attempts) FROM done
 )
-SELECT id FROM done
+SELECT id, type, queue FROM done
 
 -- name: rescue_expired_leases
 -- Running jobs whose lease expired (their worker stopped heartbeating),
@@ -52,7 +55,7 @@ UPDATE jobs
                ORDER BY lease_expires_at
                LIMIT %(limit)s
                  FOR UPDATE SKIP LOCKED)
-RETURNING id, status, attempts, queue, priority, enqueued_at, next_retry_at
+RETURNING id, status, attempts, queue, priority, enqueued_at, next_retry_at, type
 
 -- name: extend_leases
 -- Heartbeat: push out the leases a worker still holds.
