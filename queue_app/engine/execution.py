@@ -65,10 +65,10 @@ def claim_jobs(ids: Sequence[str], *, worker_id: str) -> list[ClaimedJob]:
             id=str(row[0]),
             type=row[1],
             queue=row[2],
-            payload=json.loads(row[3]) if isinstance(row[3], str) else row[3],
+            payload=_json(row[3]),
             attempt=row[4],
             max_attempts=row[5],
-            trace_context=row[6],
+            trace_context=_json(row[6]),
         )
         for row in rows
     ]
@@ -78,6 +78,11 @@ def claim_jobs(ids: Sequence[str], *, worker_id: str) -> list[ClaimedJob]:
     if len(claimed) < len(set(ids)):
         _log_unclaimed(set(ids) - {job.id for job in claimed})
     return claimed
+
+
+def _json(value: Any) -> Any:
+    """A jsonb column from a raw cursor: Django's psycopg setup hands it over as text."""
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def _log_unclaimed(ids: set[str]) -> None:

@@ -67,7 +67,7 @@ def run_span(job: Any) -> Iterator[None]:
     from opentelemetry import propagate, trace
 
     links = []
-    if job.trace_context:
+    if isinstance(job.trace_context, dict):
         enqueued = trace.get_current_span(propagate.extract(job.trace_context)).get_span_context()
         if enqueued.is_valid:
             links.append(trace.Link(enqueued))
