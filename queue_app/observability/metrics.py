@@ -119,15 +119,20 @@ def jobs_started(claims: Iterable[tuple[str, str, float]]) -> None:
     """Claimed attempts as (type, queue, seconds since the job became ready)."""
     if not enabled():
         return
-    claims = list(claims)
-    if not claims:
+    waits: dict[tuple[str, str], list[float]] = {}
+    for job_type, queue, waited in claims:
+        waits.setdefault((job_type, queue), []).append(max(waited, 0.0))
+    if not waits:
         return
 
     def count() -> None:
         metrics = instruments()
-        _count(metrics.started, Tally((job_type, queue) for job_type, queue, _ in claims))
-        for job_type, queue, waited in claims:
-            metrics.wait_seconds.labels(job_type, queue).observe(max(waited, 0.0))
+        # One label look-up per (type, queue), not per job.
+        for labels, seconds in waits.items():
+            metrics.started.labels(*labels).inc(len(seconds))
+            histogram = metrics.wait_seconds.labels(*labels)
+            for waited in seconds:
+                histogram.observe(waited)
 
     _after_commit(count)
 
