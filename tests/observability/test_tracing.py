@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from queue_app.models import Job
-from queue_app.services import enqueue_job
+from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
 from tests.helpers import PROJECT_ROOT, child_env, run_worker
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -92,3 +92,13 @@ def test_with_tracing_off_opentelemetry_need_not_be_installed():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "None"
+
+
+def test_a_bulk_enqueue_stores_its_span_with_every_job(spans, queue_config):
+    queue_config(TRACING_ENABLED="1")
+    jobs = enqueue_jobs([JobRequest(type="demo.echo", payload={"n": n}) for n in range(3)])
+    (enqueue,) = named(spans, "jobqueue.enqueue")
+    span_id = format(enqueue.context.span_id, "016x")
+    stored = Job.objects.filter(id__in=[job.id for job in jobs]).values_list("trace_context", flat=True)
+    assert [context["traceparent"].split("-")[2] for context in stored] == [span_id] * 3
+    assert all(job.trace_context["traceparent"].split("-")[2] == span_id for job in jobs)
