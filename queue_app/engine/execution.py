@@ -49,6 +49,7 @@ def claim_jobs(ids: Sequence[str], *, worker_id: str) -> list[ClaimedJob]:
     """
     if not ids:
         return []
+    metrics.prepare()
     lease = queue_settings().LEASE_SECONDS
     valid_ids = [str(pk) for pk in selectors.valid_ids(ids)]
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:

@@ -96,6 +96,17 @@ def enabled() -> bool:
     return queue_settings().METRICS_ENABLED
 
 
+def prepare() -> None:
+    """Import prometheus_client and make the metrics now, if on (cached after the first call).
+
+    Called before a claim: made on first use inside the claim's commit, they
+    would stretch the moment between a job turning 'processing' and starting
+    to run, where a SIGTERM hands it back unrun.
+    """
+    if enabled():
+        instruments()
+
+
 def _after_commit(count: Callable[[], None]) -> None:
     # robust: a metrics failure is logged and never breaks the caller's commit.
     transaction.on_commit(count, robust=True)
