@@ -21,3 +21,14 @@ keepalive = settings.WEB_KEEPALIVE
 graceful_timeout = settings.WEB_GRACEFUL_TIMEOUT
 # Errors to stderr; no access log (one line per request costs more than the request's logging).
 errorlog = "-"
+
+
+# The web processes share one metrics directory, which /metrics sums; runsystem names one
+# for all its children, otherwise gunicorn's master makes its own before forking.
+if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    from queue_app.observability.multiproc import prepare_directory, remove_directory
+
+    _metrics_directory, _ = prepare_directory()
+
+    def on_exit(server):
+        remove_directory(_metrics_directory)

@@ -1,8 +1,10 @@
-"""URL routes: the admin and the REST API."""
+"""URL routes: the admin, the REST API and the Prometheus metrics."""
 
 from django.contrib import admin
 from django.contrib.staticfiles.urls import staticfiles_urlpatterns
 from django.urls import include, path
+
+from queue_app.api.metrics import metrics_view
 
 # No public site beside the admin and the API: no "View site" link to a page that does not exist.
 admin.site.site_url = None
@@ -10,6 +12,7 @@ admin.site.site_url = None
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", include("queue_app.api.urls")),
+    path("metrics", metrics_view, name="metrics"),
 ]
 
 # With DEBUG only (an empty list otherwise): the app servers serve static files in

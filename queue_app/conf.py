@@ -44,10 +44,18 @@ class QueueSettings:
     SCHEDULES: Any = field(default_factory=dict)
     # The longest a scheduler sleeps between looks at the schedules (pause, resume).
     SCHEDULER_POLL_SECONDS: float = 5.0
+    # Prometheus counters and histograms (queue_app/observability/metrics.py).
+    METRICS_ENABLED: bool = True
+    # A bearer token that may read /metrics without a login; empty: logged-in users only.
+    METRICS_TOKEN: str = ""
+    # OpenTelemetry spans and trace links (queue_app/observability/tracing.py); needs opentelemetry-api.
+    TRACING_ENABLED: bool = False
 
 
 DEFAULT_QUEUES = {"default": False}
-_NON_NUMERIC_KEYS = {"QUEUES", "SCHEDULES"}
+_NON_NUMERIC_KEYS = {"QUEUES", "SCHEDULES", "METRICS_TOKEN"}
+_BOOLEAN_KEYS = {"METRICS_ENABLED", "TRACING_ENABLED"}
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
 
 
 class SettingError(ValueError):
@@ -74,6 +82,15 @@ def parse_queues(value: Any) -> dict[str, bool]:
     return parsed
 
 
+def parse_bool(key: str, value: Any) -> bool:
+    """A bool, or its spelling from the environment (1/0, true/false, yes/no, on/off)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise SettingError(f"JOBQUEUE['{key}'] must be a boolean (1/0, true/false), not {value!r}")
+
+
 def build(raw: dict[str, Any]) -> QueueSettings:
     """Coerce and validate raw values; raises SettingError naming the key."""
     unknown = set(raw) - {f.name for f in fields(QueueSettings)}
@@ -83,8 +100,15 @@ def build(raw: dict[str, Any]) -> QueueSettings:
         "QUEUES": parse_queues(raw.get("QUEUES", DEFAULT_QUEUES)),
         "SCHEDULES": raw.get("SCHEDULES", {}),
     }
+    token = raw.get("METRICS_TOKEN", "")
+    if not isinstance(token, str):
+        raise SettingError("JOBQUEUE['METRICS_TOKEN'] must be a string")
+    values["METRICS_TOKEN"] = token
     for setting in fields(QueueSettings):
-        if setting.name in _NON_NUMERIC_KEYS or setting.name not in raw:
+        if setting.name not in raw or setting.name in _NON_NUMERIC_KEYS:
+            continue
+        if setting.name in _BOOLEAN_KEYS:
+            values[setting.name] = parse_bool(setting.name, raw[setting.name])
             continue
         kind = int if setting.type in ("int", int) else float
         try:

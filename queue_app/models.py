@@ -65,6 +65,9 @@ class Job(models.Model):
     # The django.tasks backend alias that enqueued the job ("" for other jobs): one
     # alias never reads another's results.
     backend = models.CharField(max_length=100, blank=True, default="")
+    # The trace context current at enqueue (W3C traceparent), when tracing is on: the
+    # run's span links to it (queue_app/observability/tracing.py).
+    trace_context = models.JSONField(null=True, blank=True, editable=False)
 
     class Meta:
         db_table = "jobs"

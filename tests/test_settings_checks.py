@@ -12,6 +12,7 @@ from django.core import checks
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
+from queue_app.conf import queue_settings
 from tests.helpers import child_env, manage
 
 BAD_VALUES = [
@@ -31,6 +32,9 @@ BAD_VALUES = [
     ),
     # The default lease is 60 s: a heartbeat of 60 s alone is already too long.
     ({"HEARTBEAT_SECONDS": 60}, "JOBQUEUE['HEARTBEAT_SECONDS'] must be shorter than LEASE_SECONDS"),
+    ({"METRICS_ENABLED": "maybe"}, "JOBQUEUE['METRICS_ENABLED'] must be a boolean (1/0, true/false)"),
+    ({"TRACING_ENABLED": 2}, "JOBQUEUE['TRACING_ENABLED'] must be a boolean (1/0, true/false)"),
+    ({"METRICS_TOKEN": 1234}, "JOBQUEUE['METRICS_TOKEN'] must be a string"),
 ]
 
 
@@ -56,6 +60,13 @@ def test_a_heartbeat_just_shorter_than_the_lease_is_accepted(settings):
 def test_values_from_the_environment_are_strings_and_coerced(settings):
     settings.JOBQUEUE = {"LEASE_SECONDS": "30", "HEARTBEAT_SECONDS": "2.5", "QUEUES": "default,bulk:fifo"}
     assert queue_errors() == []
+
+
+@pytest.mark.parametrize(("value", "expected"), [("1", True), ("off", False), ("TRUE", True), (False, False)])
+def test_switches_accept_booleans_and_their_environment_spellings(settings, value, expected):
+    settings.JOBQUEUE = {"METRICS_ENABLED": value, "TRACING_ENABLED": value, "METRICS_TOKEN": "t"}
+    assert queue_errors() == []
+    assert (queue_settings().METRICS_ENABLED, queue_settings().TRACING_ENABLED) == (expected, expected)
 
 
 @pytest.mark.processes

@@ -28,6 +28,7 @@ from queue_app.exceptions import (
 )
 from queue_app.handlers import get_handler
 from queue_app.models import Job
+from queue_app.observability import metrics, tracing
 from queue_app.payloads import check_json, checked_json_text
 from queue_app.states import (
     INITIAL_EVENT,
@@ -240,9 +241,14 @@ def _row_values(job: _Planned) -> dict[str, Any]:
     }
 
 
-def _insert(cursor, planned: Sequence[_Planned], owner) -> dict[uuid.UUID, datetime]:
+def _insert(cursor, planned: Sequence[_Planned], owner, trace_context) -> dict[uuid.UUID, datetime]:
     """Run the insert; returns created_at by id of the jobs it created (a taken key creates none)."""
-    shared = {"owner_id": getattr(owner, "pk", None), "status": Status.QUEUED.value, "event": INITIAL_EVENT}
+    shared = {
+        "owner_id": getattr(owner, "pk", None),
+        "status": Status.QUEUED.value,
+        "event": INITIAL_EVENT,
+        "trace_context": json.dumps(trace_context) if trace_context else None,
+    }
     if len(planned) == 1:
         cursor.execute(sql.query("insert_job"), {**_row_values(planned[0]), **shared})
     else:
@@ -254,7 +260,7 @@ def _insert(cursor, planned: Sequence[_Planned], owner) -> dict[uuid.UUID, datet
 _JOB_COLUMNS = [field.attname for field in Job._meta.concrete_fields]
 
 
-def _created_job(planned: _Planned, owner, created_at: datetime) -> Job:
+def _created_job(planned: _Planned, owner, created_at: datetime, trace_context) -> Job:
     """The Job as stored, built from what the insert sent and returned (no read back)."""
     request = planned.request
     stored = {
@@ -283,6 +289,7 @@ def _created_job(planned: _Planned, owner, created_at: datetime) -> Job:
         "worker_id": "",
         "lease_expires_at": None,
         "backend": request.backend,
+        "trace_context": trace_context,
     }
     # from_db, as for a row read back: several times cheaper than Job(**fields).
     job = Job.from_db(connection.alias, _JOB_COLUMNS, [stored[name] for name in _JOB_COLUMNS])
@@ -309,6 +316,7 @@ def _existing_for_key(existing: Job | None, planned: _Planned, owner) -> Job:
     return existing
 
 
+@tracing.traced("jobqueue.enqueue")
 def enqueue_jobs(requests: Sequence[JobRequest], *, owner=None) -> list[Job]:
     """Create jobs with their log and outbox rows, all or nothing.
 
@@ -329,9 +337,10 @@ def enqueue_jobs(requests: Sequence[JobRequest], *, owner=None) -> list[Job]:
     # runs in autocommit: no BEGIN/COMMIT round trips. A savepoint (or a
     # transaction) is needed only when a key conflict must undo the call's other jobs.
     undo_on_conflict = transaction.atomic() if keyed and len(planned) > 1 else nullcontext()
+    trace_context = tracing.current_context()
     with undo_on_conflict:
         with connection.cursor() as cursor:
-            created_at = _insert(cursor, planned, owner)
+            created_at = _insert(cursor, planned, owner, trace_context)
         existing: dict[str, Job] = {}
         if len(created_at) < len(planned):
             existing = {job.idempotency_key: job for job in Job.objects.filter(idempotency_key__in=keyed)}
@@ -339,7 +348,7 @@ def enqueue_jobs(requests: Sequence[JobRequest], *, owner=None) -> list[Job]:
         key_errors: list[QueueError] = []
         for index, job in enumerate(planned):
             if job.id in created_at:
-                jobs.append(_created_job(job, owner, created_at[job.id]))
+                jobs.append(_created_job(job, owner, created_at[job.id], trace_context))
                 continue
             try:
                 jobs.append(_existing_for_key(existing.get(job.request.idempotency_key), job, owner))
@@ -349,6 +358,7 @@ def enqueue_jobs(requests: Sequence[JobRequest], *, owner=None) -> list[Job]:
         if key_errors:
             # Raised inside the block: the jobs this call inserted roll back with it.
             raise JobsRejected(key_errors, total=len(requests))
+    metrics.jobs_enqueued(job for job in jobs if job.was_created)
     if len(created_at) == 1:
         job = next(job for job in jobs if job.was_created)
         log.info("job_enqueued", job_id=str(job.id), type=job.type, queue=job.queue, priority=job.priority)

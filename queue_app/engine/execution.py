@@ -28,6 +28,7 @@ from queue_app.engine.transitions import (
 )
 from queue_app.handlers import get_handler
 from queue_app.models import Job, JobLog
+from queue_app.observability import metrics, tracing
 from queue_app.states import COMPLETION_FENCED, FAILURE_FENCED, HEARTBEAT_FENCED, Status
 
 log = structlog.get_logger("queue_app.services")
@@ -42,6 +43,8 @@ class ClaimedJob:
     attempt: int
     max_attempts: int
     fence: int
+    # The trace context stored at enqueue (observability/tracing.py), or None.
+    trace_context: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ def claim_jobs(ids: Sequence[str], *, worker_id: str) -> list[ClaimedJob]:
     return claim(ids, worker_id=worker_id).jobs
 
 
+@tracing.traced("jobqueue.claim")
 def claim(ids: Sequence[str], *, worker_id: str, queues: dict[str, bool] | None = None) -> Claim:
     """Claim popped ids, honouring their queues' controls (pause, concurrency and rate limits).
 
@@ -70,6 +74,7 @@ def claim(ids: Sequence[str], *, worker_id: str, queues: dict[str, bool] | None 
     """
     if not ids:
         return Claim([], {})
+    metrics.prepare()
     lease = queue_settings().LEASE_SECONDS
     valid_ids = [str(pk) for pk in selectors.valid_ids(ids)]
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
@@ -107,12 +112,14 @@ def claim(ids: Sequence[str], *, worker_id: str, queues: dict[str, bool] | None 
                 id=str(row[0]),
                 type=row[1],
                 queue=row[2],
-                payload=json.loads(row[3]) if isinstance(row[3], str) else row[3],
+                payload=_json(row[3]),
                 attempt=row[4],
                 max_attempts=row[5],
                 fence=row[6],
+                trace_context=_json(row[8]),
             )
         )
+    metrics.jobs_started((row[1], row[2], row[9]) for row in rows if row[7])
     if claimed:
         log.info("jobs_claimed", count=len(claimed), worker=worker_id)
     if held_back:
@@ -121,6 +128,11 @@ def claim(ids: Sequence[str], *, worker_id: str, queues: dict[str, bool] | None 
     if len(settled) < len(set(ids)):
         _log_unclaimed(set(ids) - settled)
     return Claim(claimed, held_back)
+
+
+def _json(value: Any) -> Any:
+    """A jsonb column from a raw cursor: Django's psycopg setup hands it over as text."""
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def mark_started(job_id: str, fence: int) -> None:
@@ -157,7 +169,9 @@ def complete_jobs(completions: Sequence[Completion]) -> set[str]:
     with transaction.atomic(savepoint=False):
         with connection.cursor() as cursor:
             cursor.execute(sql.query("complete_jobs"), {"rows": json.dumps(rows), **table_params("complete")})
-            done = {str(row[0]) for row in cursor.fetchall()}
+            written = cursor.fetchall()
+        done = {str(row[0]) for row in written}
+        metrics.jobs_completed((row[1], row[2]) for row in written)
         fenced = [(c.job_id, c.fence) for c in completions if c.job_id not in done]
         if fenced:
             _record_fenced(fenced, COMPLETION_FENCED)
@@ -177,7 +191,11 @@ def note_fenced(job_id: str, fence: int) -> None:
 def _record_fenced(attempts: Sequence[tuple[str, int]], event: str) -> None:
     """Log that these (job id, fence) pairs lost their job before their outcome was written."""
     job_ids = [job_id for job_id, _ in attempts]
-    existing = {str(pk) for pk in Job.objects.filter(id__in=job_ids).values_list("id", flat=True)}
+    existing = {
+        str(pk): (job_type, queue)
+        for pk, job_type, queue in Job.objects.filter(id__in=job_ids).values_list("id", "type", "queue")
+    }
+    metrics.jobs_fenced((existing[job_id] for job_id, _ in attempts if job_id in existing), kind=event)
     JobLog.objects.bulk_create(
         JobLog(
             job_id=job_id,
@@ -223,7 +241,8 @@ def fail_job(
 
     Returns the new status, or None when the fence rejected the write.
     """
-    spec = _spec_or_none(job_id)
+    job_type = Job.objects.filter(id=job_id).values_list("type", flat=True).first()
+    spec = _spec_or_none(job_type)
     settings = queue_settings()
     base = (spec and spec.retry_backoff_base) or settings.RETRY_BACKOFF_BASE_SECONDS
     cap = (spec and spec.retry_backoff_max) or settings.RETRY_BACKOFF_MAX_SECONDS
@@ -247,6 +266,7 @@ def fail_job(
         if job is None:
             _record_fenced([(job_id, fence)], FAILURE_FENCED)
             return None
+        metrics.job_failed(job_type, job.queue, retried=job.status == Status.QUEUED)
     log.info(
         "job_retry_scheduled" if job.status == Status.QUEUED else "job_failed",
         job_id=job_id,
@@ -255,8 +275,7 @@ def fail_job(
     return job.status
 
 
-def _spec_or_none(job_id: str):
-    job_type = Job.objects.filter(id=job_id).values_list("type", flat=True).first()
+def _spec_or_none(job_type: str | None):
     try:
         return get_handler(job_type)
     except Exception:  # noqa: BLE001 - an unregistered type just uses the defaults
@@ -285,7 +304,10 @@ def rescue_expired_leases(limit: int = 1000) -> list[TransitionedJob]:
                     "limit": limit,
                 },
             )
-            jobs = [TransitionedJob(str(row[0]), *row[1:]) for row in cursor.fetchall()]
+            rows = cursor.fetchall()
+            jobs = [TransitionedJob(str(row[0]), *row[1:7]) for row in rows]
+        for row in rows:
+            metrics.job_failed(row[7], row[3], retried=row[1] == requeue.target)
         record_transitions(requeue, [job for job in jobs if job.status == requeue.target], message=error)
         record_transitions(fail, [job for job in jobs if job.status == fail.target], message=error)
     for job in jobs:

@@ -46,6 +46,7 @@ from queue_app import broker
 from queue_app.conf import queue_settings
 from queue_app.engine import execution, sql
 from queue_app.ids import canonical_job_id
+from queue_app.observability import metrics
 from queue_app.runtime.outages import OutageGuard
 from queue_app.states import Status
 
@@ -165,6 +166,8 @@ class Reconciler:
             **{action: self._counts[action] for action in ACTIONS},
         )
         self.report(result.summary())
+        if not self.dry_run:
+            metrics.reconciler_acted(self._counts)
         return result
 
     def run_forever(self, interval: float) -> None:

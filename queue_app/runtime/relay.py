@@ -24,6 +24,7 @@ from queue_app import broker
 from queue_app.conf import queue_settings
 from queue_app.engine import sql
 from queue_app.models import OutboxMessage
+from queue_app.observability import tracing
 from queue_app.runtime.outages import OutageGuard
 
 log = structlog.get_logger("queue_app.relay")
@@ -49,6 +50,7 @@ class Relay:
         self._last_prune = 0.0
         self._fault = fault_point_handler()
 
+    @tracing.traced("jobqueue.relay")
     def relay_batch(self) -> int:
         """Dispatch one batch; returns how many rows it sent."""
         fifo_queues = queue_settings().QUEUES

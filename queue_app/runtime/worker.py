@@ -31,6 +31,7 @@ from queue_app.engine import controls, execution, selectors
 from queue_app.engine.execution import ClaimedJob, Completion
 from queue_app.exceptions import JobTimeLimitExceeded, LeaseLost, QueueError, WorkerShutdown
 from queue_app.handlers import HandlerSpec, _current_job, get_handler
+from queue_app.observability.runs import observed_run
 from queue_app.payloads import check_json
 from queue_app.runtime.outages import OutageGuard
 from queue_app.runtime.relay import fault_point_handler
@@ -474,6 +475,7 @@ class Worker:
 
     # --- running one job --------------------------------------------------------
 
+    @observed_run
     def run_job(self, job: ClaimedJob, *, late: bool = False) -> None:
         """Run one claimed job and settle it. ``late``: it starts noticeably after its
         claim (which set started_at), so started_at is set again now."""

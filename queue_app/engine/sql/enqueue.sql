@@ -11,11 +11,11 @@ WITH job AS (
     INSERT INTO jobs (id, type, queue, payload, priority, priority_value, status, attempts, max_attempts,
                       next_retry_at, enqueued_at, last_error, last_error_class, last_error_traceback,
                       idempotency_key,
-                      idempotency_fingerprint, owner_id, worker_id, backend)
+                      idempotency_fingerprint, owner_id, worker_id, backend, trace_context)
     VALUES (%(id)s, %(type)s, %(queue)s, %(payload)s::jsonb, %(priority)s, %(priority_value)s, %(status)s,
             0, %(max_attempts)s,
             %(next_retry_at)s, %(enqueued_at)s, '', '', '', %(idempotency_key)s,
-            %(fingerprint)s, %(owner_id)s, '', %(backend)s)
+            %(fingerprint)s, %(owner_id)s, '', %(backend)s, %(trace_context)s::jsonb)
         ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, created_at
 ), logged AS (
@@ -47,10 +47,10 @@ WITH request AS (
     INSERT INTO jobs (id, type, queue, payload, priority, priority_value, status, attempts, max_attempts,
                       next_retry_at, enqueued_at, last_error, last_error_class, last_error_traceback,
                       idempotency_key,
-                      idempotency_fingerprint, owner_id, worker_id, backend)
+                      idempotency_fingerprint, owner_id, worker_id, backend, trace_context)
     SELECT id, type, queue, payload::jsonb, priority, priority_value, %(status)s, 0, max_attempts,
            next_retry_at, enqueued_at, '', '', '', idempotency_key,
-           fingerprint, %(owner_id)s, '', backend
+           fingerprint, %(owner_id)s, '', backend, %(trace_context)s::jsonb
       FROM request
      ORDER BY idempotency_key NULLS LAST, position
         ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING

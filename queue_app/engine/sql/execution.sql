@@ -57,7 +57,8 @@ WITH clock AS MATERIALIZED (
       FROM chosen
      WHERE jobs.id = chosen.id AND jobs.status = ANY(%(sources)s)
        AND (jobs.next_retry_at IS NULL OR jobs.next_retry_at <= now())
- RETURNING jobs.id, jobs.type, jobs.queue, jobs.payload, jobs.attempts, jobs.max_attempts, jobs.fence
+ RETURNING jobs.id, jobs.type, jobs.queue, jobs.payload, jobs.attempts, jobs.max_attempts, jobs.fence,
+           jobs.trace_context, jobs.enqueued_at
 ), spent AS (
     UPDATE job_queues
        SET rate_tokens = budgets.tokens - (SELECT count(*) FROM chosen WHERE chosen.queue = budgets.name),
@@ -72,9 +73,12 @@ WITH clock AS MATERIALIZED (
            jsonb_build_object('attempt', attempts, 'fence', fence, 'worker', %(worker)s)
       FROM claimed
 )
-SELECT id, type, queue, payload, attempts, max_attempts, fence, true FROM claimed
+-- waited: seconds since the job became ready (enqueued_at is its enqueue, start or retry due time).
+SELECT id, type, queue, payload, attempts, max_attempts, fence, true, trace_context,
+       EXTRACT(EPOCH FROM now() - enqueued_at)::float8 AS waited
+  FROM claimed
 UNION ALL
-SELECT id, NULL, queue, NULL, NULL, NULL, NULL, false FROM candidates
+SELECT id, NULL, queue, NULL, NULL, NULL, NULL, false, NULL, NULL FROM candidates
  WHERE id NOT IN (SELECT id FROM chosen)
 
 -- name: complete_jobs
@@ -86,12 +90,12 @@ WITH input AS (
            last_error = '', last_error_class = '', last_error_traceback = '', worker_id = '', lease_expires_at = NULL
       FROM input
      WHERE jobs.id = input.id AND jobs.status = ANY(%(sources)s) AND jobs.fence = input.fence
- RETURNING jobs.id, jobs.attempts
+ RETURNING jobs.id, jobs.attempts, jobs.type, jobs.queue
 ), logged AS (
     INSERT INTO job_logs (job_id, created_at, level, event, message, extra)
     SELECT id, now(), %(level)s, %(event)s, '', jsonb_build_object('attempt', attempts) FROM done
 )
-SELECT id FROM done
+SELECT id, type, queue FROM done
 
 -- name: rescue_expired_leases
 -- Running jobs whose lease expired (their worker stopped heartbeating),
@@ -110,7 +114,7 @@ UPDATE jobs
                ORDER BY lease_expires_at
                LIMIT %(limit)s
                  FOR UPDATE SKIP LOCKED)
-RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_at
+RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_at, type
 
 -- name: extend_leases
 -- Heartbeat: push out the leases a worker still holds.

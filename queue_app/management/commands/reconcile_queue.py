@@ -4,6 +4,7 @@ import signal
 
 from django.core.management.base import BaseCommand, CommandError
 
+from queue_app.observability.exporter import serve_metrics
 from queue_app.runtime.outages import STORE_ERRORS
 from queue_app.runtime.reconciler import Reconciler
 
@@ -26,12 +27,19 @@ class Command(BaseCommand):
             type=int,
             help="jobs per page and ids per Redis chunk (default RECONCILE_BATCH_SIZE)",
         )
+        parser.add_argument(
+            "--metrics-port", type=int, help="with --loop: serve its Prometheus counters on this port"
+        )
 
-    def handle(self, *args, dry_run=False, loop=False, interval=60.0, batch_size=None, **options):
+    def handle(
+        self, *args, dry_run=False, loop=False, interval=60.0, batch_size=None, metrics_port=None, **options
+    ):
         if interval <= 0:
             raise CommandError("--interval must be greater than 0")
         if batch_size is not None and batch_size < 1:
             raise CommandError("--batch-size must be at least 1")
+        if metrics_port is not None and not (loop and 0 < metrics_port < 65536):
+            raise CommandError("--metrics-port needs --loop and a port between 1 and 65535")
         reconciler = Reconciler(dry_run=dry_run, batch_size=batch_size, report=self.stdout.write)
         if not loop:
             try:
@@ -39,6 +47,8 @@ class Command(BaseCommand):
             except STORE_ERRORS as exc:
                 raise CommandError(f"reconcile failed, a store is unreachable: {type(exc).__name__}: {exc}")
             return
+        if metrics_port is not None:
+            serve_metrics(metrics_port)
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: reconciler.stop())
         reconciler.run_forever(interval)

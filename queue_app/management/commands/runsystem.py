@@ -13,6 +13,8 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from rest_framework.authtoken.models import Token
 
+from queue_app.observability.multiproc import prepare_directory, remove_directory
+
 RESTART_DELAY_SECONDS = 2.0
 
 
@@ -46,6 +48,8 @@ class Command(BaseCommand):
             "reconciler": [*manage, "reconcile_queue", "--loop", f"--interval={reconcile_interval:g}"],
             "scheduler": [*manage, "runscheduler"],
         }
+        # Every child writes its metrics to one directory, which /metrics sums (the web child).
+        metrics_directory, made_here = prepare_directory()
         # Children reach the same stores, embedded or not, without starting their own.
         env = {
             **os.environ,
@@ -89,6 +93,8 @@ class Command(BaseCommand):
                     self.stderr.write(f"{name} did not stop in time; killing it")
                     process.kill()
                     process.wait()
+            if made_here:
+                remove_directory(metrics_directory)
         self.stdout.write("All processes stopped.")
 
     def _print_login(self, bind: str) -> None:

@@ -3,6 +3,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from queue_app.conf import queue_settings
+from queue_app.observability.exporter import serve_metrics
 from queue_app.runtime.supervisor import Supervisor, default_name
 from queue_app.runtime.worker_name import WorkerNameInUse
 
@@ -29,9 +30,22 @@ class Command(BaseCommand):
             "jobs the previous process held at once instead of after their lease. "
             "A second worker with a name already running is refused.",
         )
+        parser.add_argument(
+            "--metrics-port",
+            type=int,
+            help="serve these processes' Prometheus counters on this port (for hosts without the web)",
+        )
 
     def handle(
-        self, *args, queues=None, concurrency=1, burst=False, with_scheduled=False, name=None, **options
+        self,
+        *args,
+        queues=None,
+        concurrency=1,
+        burst=False,
+        with_scheduled=False,
+        name=None,
+        metrics_port=None,
+        **options,
     ):
         configured = queue_settings().QUEUES
         selected = [q.strip() for q in queues.split(",") if q.strip()] if queues else list(configured)
@@ -44,6 +58,10 @@ class Command(BaseCommand):
             raise CommandError("--concurrency must be at least 1")
         if with_scheduled and not burst:
             raise CommandError("--with-scheduled only applies with --burst")
+        if metrics_port is not None:
+            if not 0 < metrics_port < 65536:
+                raise CommandError("--metrics-port must be between 1 and 65535")
+            serve_metrics(metrics_port)
         supervisor = Supervisor(
             name=name or default_name(),
             queues=selected,
