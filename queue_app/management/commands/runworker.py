@@ -14,6 +14,11 @@ class Command(BaseCommand):
         parser.add_argument("--queues", help="comma-separated queue names (default: all configured)")
         parser.add_argument("--concurrency", type=int, default=1, help="worker processes (default 1)")
         parser.add_argument(
+            "--slots",
+            type=int,
+            help="async and io_bound jobs each process runs at once (default: WORKER_SLOTS, 1)",
+        )
+        parser.add_argument(
             "--burst",
             action="store_true",
             help="exit when no job of these queues is due (jobs scheduled later do not keep it running)",
@@ -31,7 +36,15 @@ class Command(BaseCommand):
         )
 
     def handle(
-        self, *args, queues=None, concurrency=1, burst=False, with_scheduled=False, name=None, **options
+        self,
+        *args,
+        queues=None,
+        concurrency=1,
+        burst=False,
+        with_scheduled=False,
+        name=None,
+        slots=None,
+        **options,
     ):
         configured = queue_settings().QUEUES
         selected = [q.strip() for q in queues.split(",") if q.strip()] if queues else list(configured)
@@ -42,6 +55,8 @@ class Command(BaseCommand):
             )
         if concurrency < 1:
             raise CommandError("--concurrency must be at least 1")
+        if slots is not None and slots < 1:
+            raise CommandError("--slots must be at least 1")
         if with_scheduled and not burst:
             raise CommandError("--with-scheduled only applies with --burst")
         supervisor = Supervisor(
@@ -50,6 +65,7 @@ class Command(BaseCommand):
             concurrency=concurrency,
             burst=burst,
             with_scheduled=with_scheduled,
+            slots=slots,
         )
         try:
             supervisor.run()
