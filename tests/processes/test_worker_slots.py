@@ -151,3 +151,28 @@ def test_sigterm_lets_slots_finish_within_the_grace_and_hands_back_the_rest(proc
         job.refresh_from_db()
         assert (job.status, job.attempts, job.worker_id) == ("queued", 0, "")
         assert job.logs.filter(event="handed_back").exists()
+
+
+def test_the_heartbeat_keeps_every_slot_jobs_lease_while_a_reconciler_rescues_expired_ones(processes):
+    """Leases of 2 s, jobs of 5 s: only heartbeats covering each slot job keep the reconciler
+    (which rescues any lease past its expiry) from taking them."""
+    jobs = enqueue_jobs([JobRequest(type="probe.async_wait", payload={"sleep": 5}) for _ in range(3)])
+    jobs += enqueue_jobs([JobRequest(type="probe.io_wait", payload={"sleep": 5}) for _ in range(3)])
+    relay_all()
+    env = child_env(JOBQUEUE_LEASE_SECONDS="2", JOBQUEUE_HEARTBEAT_SECONDS="0.5")
+    worker = manage("runworker", "--slots", "6", env=env, stderr=subprocess.DEVNULL)
+    reconciler = manage(
+        "reconcile_queue",
+        "--loop",
+        "--interval",
+        "0.5",
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    processes.extend([worker, reconciler])
+    wait_until(lambda: set(statuses(jobs).values()) == {"completed"}, timeout=60, message="the six jobs")
+    assert_each_ran_once(jobs)
+    assert not Job.objects.filter(
+        id__in=[job.id for job in jobs], logs__event__startswith="lease_expired"
+    ).exists()
