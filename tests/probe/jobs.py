@@ -222,3 +222,11 @@ def io_stubborn(payload):
     """A slot-thread handler that never checks its limit: only the hard kill stops it."""
     _started()
     time.sleep(600)
+
+
+@job_handler("probe.io_exit", io_bound=True, max_attempts=1)
+def io_exit(payload):
+    """A slot-thread handler that ends its whole process (a poison job beside others)."""
+    _started()
+    time.sleep(float(payload.get("sleep", 0)))
+    os._exit(3)

@@ -176,3 +176,41 @@ def test_the_heartbeat_keeps_every_slot_jobs_lease_while_a_reconciler_rescues_ex
     assert not Job.objects.filter(
         id__in=[job.id for job in jobs], logs__event__startswith="lease_expired"
     ).exists()
+
+
+@pytest.mark.parametrize("option", ["--slots=0", "--slots=-2"])
+def test_runworker_rejects_a_slot_count_below_one_naming_it(option):
+    process = manage(
+        "runworker", "--burst", option, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 1
+    assert "CommandError: --slots must be at least 1" in stderr and "Traceback" not in stderr
+
+
+def test_a_process_killed_by_a_slot_job_counts_the_attempt_of_every_job_it_ran(processes):
+    """Which slot killed the process is unknown: each running job's attempt counts (handing
+    them back uncounted could loop on the poison one forever), and the others retry."""
+    neighbour = enqueue_job("probe.io_wait", {"sleep": 3}, max_attempts=2)
+    poison = enqueue_job("probe.io_exit", {"sleep": 1})
+    relay_all()
+    worker = manage("runworker", "--slots", "4", stderr=subprocess.DEVNULL)
+    relay = manage("runrelay", stderr=subprocess.DEVNULL)  # carries the neighbour's retry
+    processes.extend([worker, relay])
+    wait_until(
+        lambda: statuses([poison, neighbour]) == {poison.id: "failed", neighbour.id: "completed"},
+        timeout=60,
+        message="the poison job failed, its neighbour retried",
+    )
+    poison.refresh_from_db()
+    neighbour.refresh_from_db()
+    assert "WorkerProcessDied: the worker process exited with code 3" in poison.last_error
+    assert poison.attempts == 1
+    assert neighbour.attempts == 2
+    assert list(neighbour.logs.values_list("event", flat=True)) == [
+        "enqueued",
+        "claimed",
+        "retry_scheduled",
+        "claimed",
+        "completed",
+    ]
