@@ -37,6 +37,8 @@ class QueueSettings:
     WORKER_POLL_SECONDS: float = 1.0
     WORKER_CLAIM_AHEAD_SECONDS: float = 0.05
     WORKER_RELEASE_AFTER_SECONDS: float = 0.5
+    # Jobs of async or io_bound handlers one worker process runs at once (1: one job at a time).
+    WORKER_SLOTS: int = 1
     MAX_PAYLOAD_BYTES: int = 256 * 1024
     MAX_PAYLOAD_DEPTH: int = 32
     # Periodic jobs: name -> {"type", "cron", ...}, or that mapping as JSON from the

@@ -7,12 +7,14 @@ registered type: nothing from a request is ever imported or unpickled.
 
 from __future__ import annotations
 
+import inspect
+import time
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from queue_app.exceptions import UnknownJobType
+from queue_app.exceptions import JobTimeLimitExceeded, UnknownJobType
 
 Handler = Callable[[dict[str, Any]], Any]
 
@@ -34,6 +36,17 @@ class HandlerSpec:
     give_up_on: tuple[type[BaseException], ...] = ()
     # Enqueued by code only (e.g. the django.tasks bridge), never by an API request.
     internal: bool = False
+    # A sync handler that mostly waits (HTTP, mail): a worker with slots runs it on a thread.
+    io_bound: bool = False
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.func)
+
+    @property
+    def runs_in_slot(self) -> bool:
+        """Whether a worker with slots runs it beside others (async or io-bound)."""
+        return self.is_async or self.io_bound
 
 
 _registry: dict[str, HandlerSpec] = {}
@@ -49,10 +62,14 @@ def job_handler(
     atomic: bool = False,
     give_up_on: tuple[type[BaseException], ...] = (),
     internal: bool = False,
+    io_bound: bool = False,
 ) -> Callable[[Handler], Handler]:
-    """Register ``func`` as the handler of job type ``name``."""
+    """Register ``func`` (a function, or an ``async def`` coroutine function) as the
+    handler of job type ``name``."""
 
     def register(func: Handler) -> Handler:
+        if atomic and inspect.iscoroutinefunction(func):
+            raise ValueError(f"job type {name!r}: atomic=True needs a sync handler (one transaction)")
         existing = _registry.get(name)
         if existing is not None and existing.func is not func:
             qualname = f"{existing.func.__module__}.{existing.func.__qualname__}"
@@ -67,6 +84,7 @@ def job_handler(
             atomic=atomic,
             give_up_on=give_up_on,
             internal=internal,
+            io_bound=io_bound,
         )
         return func
 
@@ -96,3 +114,19 @@ _current_job: ContextVar = ContextVar("current_job")
 def current_job():
     """The ClaimedJob being run; only valid inside a handler."""
     return _current_job.get()
+
+
+# The monotonic time the current handler call's soft time limit passes, set by the worker.
+_soft_deadline: ContextVar[float] = ContextVar("soft_deadline")
+
+
+def check_time_limit() -> None:
+    """Raise JobTimeLimitExceeded once the running job's soft time limit has passed.
+
+    A handler on a slot thread cannot be interrupted: calling this between steps is how
+    it stops in time (the supervisor kills the process at the hard limit otherwise). In
+    the main thread and in coroutines the limit interrupts by itself; calling this is harmless.
+    """
+    deadline = _soft_deadline.get(None)
+    if deadline is not None and time.monotonic() >= deadline:
+        raise JobTimeLimitExceeded("time limit exceeded")

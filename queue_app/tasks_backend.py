@@ -70,6 +70,8 @@ class JobQueueBackend(BaseTaskBackend):
     supports_defer = True
     supports_get_result = True
     supports_priority = True
+    # An async task function runs through Task.call (async_to_sync) in the worker.
+    supports_async_task = True
 
     def max_attempts(self, task: Task) -> int:
         """The task's own ``max_attempts``, else the backend's OPTIONS, else one attempt."""

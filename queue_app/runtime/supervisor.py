@@ -9,7 +9,11 @@ handed back, and a new child with the same identity takes its place.
 A child that dies by itself while running a job (``os._exit``, a segfault,
 the OOM killer's SIGKILL) has that attempt counted as failed, with the cause
 in ``last_error``: the job retries or, out of attempts, fails. Handing it back
-uncounted would let a job that kills its process be claimed forever.
+uncounted would let a job that kills its process be claimed forever. A child
+with slots reports each slot job's hard deadline too: one past it gets the
+child killed (that job fails as a timeout, the other running ones are handed
+back); a child that dies by itself counts the attempt of every job it was
+running, since any of them may be the one that killed it.
 """
 
 from __future__ import annotations
@@ -54,6 +58,8 @@ class Child:
     current: tuple[str, int] | None = None
     hard_deadline: float | None = None
     held: dict[str, int] = field(default_factory=dict)
+    # Jobs running in slots: id -> (fence, hard deadline).
+    slots: dict[str, tuple[int, float]] = field(default_factory=dict)
     exited_cleanly: bool = False
 
 
@@ -73,6 +79,7 @@ def _child_main(
     with_scheduled: bool,
     pipe: Connection,
     name_lock_fd: int | None,
+    slots: int | None = None,
 ) -> None:
     from queue_app.runtime.worker import Worker
 
@@ -90,6 +97,7 @@ def _child_main(
         burst=burst,
         with_scheduled=with_scheduled,
         supervisor_pipe=pipe,
+        slots=slots,
     ).run()
     connections.close_all()
 
@@ -103,8 +111,10 @@ class Supervisor:
         concurrency: int,
         burst: bool,
         with_scheduled: bool = False,
+        slots: int | None = None,
     ) -> None:
         self.name = name
+        self.slots = slots
         self.queues = queues
         self.burst = burst
         self.with_scheduled = with_scheduled
@@ -143,13 +153,14 @@ class Supervisor:
                 self.with_scheduled,
                 child_end,
                 self._name_lock.fileno(),
+                self.slots,
             ),
             name=f"worker {child.worker_id}",
         )
         child.process.start()
         child_end.close()
         child.pipe = parent_end
-        child.current, child.hard_deadline, child.held = None, None, {}
+        child.current, child.hard_deadline, child.held, child.slots = None, None, {}, {}
         log.info("worker_process_started", worker=child.worker_id, pid=child.process.pid)
 
     def _take_name(self) -> None:
@@ -227,41 +238,66 @@ class Supervisor:
             child.hard_deadline = report.hard_deadline
             if report.held is not None:
                 child.held = report.held
+            child.slots = report.slots or {}
 
     def _enforce_hard_limits(self) -> None:
         now = time.monotonic()
         for child in self.children:
             alive = child.process is not None and child.process.is_alive()
-            if alive and child.current and child.hard_deadline and now > child.hard_deadline:
+            if not alive:
+                continue
+            overdue = {job_id for job_id, (_, deadline) in child.slots.items() if now > deadline}
+            if child.current and child.hard_deadline and now > child.hard_deadline:
+                overdue.add(child.current[0])
+            if overdue:
                 self._kill(
                     child,
                     "hard time limit exceeded",
                     current_error="JobTimeLimitExceeded: hard time limit exceeded; process killed",
+                    charged=overdue,
                 )
 
-    def _kill(self, child: Child, reason: str, *, current_error: str | None = None) -> None:
+    def _kill(
+        self,
+        child: Child,
+        reason: str,
+        *,
+        current_error: str | None = None,
+        charged: set[str] | None = None,
+    ) -> None:
         """SIGKILL a child and settle what it held, so nothing waits for a lease to expire.
 
-        The running job fails with ``current_error`` (its attempt counts), or is handed
-        back uncounted when there is none (the supervisor chose to stop it)."""
+        The running jobs in ``charged`` fail with ``current_error`` (their attempt counts);
+        the others, and all of them when there is no error (the supervisor chose to stop
+        it), are handed back uncounted."""
         log.warning("worker_process_killed", worker=child.worker_id, reason=reason, job=child.current)
         os.kill(child.process.pid, signal.SIGKILL)
         child.process.join()
-        self._settle_child_jobs(child, reason=reason, current_error=current_error)
+        self._settle_child_jobs(child, reason=reason, current_error=current_error, charged=charged)
 
-    def _settle_child_jobs(self, child: Child, *, reason: str, current_error: str | None) -> None:
-        """Settle the jobs a dead child held: the running one failed with ``current_error``
-        (or handed back when None), the claimed-but-unstarted ones handed back."""
+    def _settle_child_jobs(
+        self,
+        child: Child,
+        *,
+        reason: str,
+        current_error: str | None,
+        charged: set[str] | None = None,
+    ) -> None:
+        """Settle the jobs a dead child held: the running ones in ``charged`` (all running
+        ones when None) failed with ``current_error`` (handed back when it is None), the
+        other running and the claimed-but-unstarted ones handed back."""
         with contextlib.suppress(EOFError, OSError):
-            self._drain_reports(child)  # its last words: which job it was running
-        current, held = child.current, dict(child.held)
+            self._drain_reports(child)  # its last words: which jobs it was running
+        held = dict(child.held)
+        running = {job_id: fence for job_id, (fence, _) in child.slots.items()}
+        if child.current is not None:
+            running[child.current[0]] = child.current[1]
         guard = OutageGuard("supervisor")
         for _ in range(5):
             try:
-                if current is not None:
-                    job_id, fence = current
+                for job_id, fence in running.items():
                     held.pop(job_id, None)
-                    if current_error is not None:
+                    if current_error is not None and (charged is None or job_id in charged):
                         execution.fail_job(job_id, fence, current_error)
                     else:
                         execution.hand_back_job(job_id, fence, worker_id=child.worker_id, reason=reason)
@@ -273,7 +309,7 @@ class Supervisor:
                 guard.failed(exc)
         # Anything not settled here is still held by this identity: the replacement
         # child's start-up recovery settles it, or the reconciler after the lease.
-        child.current, child.held = None, {}
+        child.current, child.held, child.slots = None, {}, {}
 
     def _reap(self) -> None:
         for child in self.children:

@@ -4,12 +4,14 @@ Redis only suggests: every popped id goes through the compare-and-set claim,
 so a stale or duplicated id degrades into a log line. Jobs run one at a time
 in the main thread, under a soft time limit (SIGALRM raises inside the
 handler, stopping CPU-bound code too); the supervisor kills the process if
-the handler ignores it (see supervisor.py). A heartbeat thread extends the
-leases of the jobs this process holds.
+the handler ignores it (see supervisor.py). With slots (``WORKER_SLOTS`` > 1),
+async and io-bound handlers run beside it instead (see slots.py). A heartbeat
+thread extends the leases of the jobs this process holds.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -30,11 +32,12 @@ from queue_app.conf import queue_settings
 from queue_app.engine import controls, execution, selectors
 from queue_app.engine.execution import ClaimedJob, Completion
 from queue_app.exceptions import JobTimeLimitExceeded, LeaseLost, QueueError, WorkerShutdown
-from queue_app.handlers import HandlerSpec, _current_job, get_handler
+from queue_app.handlers import HandlerSpec, _current_job, _soft_deadline, get_handler
 from queue_app.observability.runs import observed_run
 from queue_app.payloads import check_json
 from queue_app.runtime.outages import OutageGuard
 from queue_app.runtime.relay import fault_point_handler
+from queue_app.runtime.slots import Slots
 
 log = structlog.get_logger("queue_app.worker")
 
@@ -61,13 +64,15 @@ class _Fenced(Exception):
 class ChildReport:
     """What a worker process tells its supervisor: the job it runs (if any), the
     monotonic time past which the supervisor kills it, and, after a claim, every
-    job it holds (id -> fence). A stale ``held`` is harmless: settling a job
+    job it holds (id -> fence), and the jobs running in slots. A stale ``held`` is harmless: settling a job
     that moved on is a fenced no-op."""
 
     job_id: str | None
     fence: int | None
     hard_deadline: float | None
     held: dict[str, int] | None = None
+    # Jobs running in slots: id -> (fence, hard deadline); None without slots.
+    slots: dict[str, tuple[int, float]] | None = None
 
 
 class Worker:
@@ -79,6 +84,7 @@ class Worker:
         burst: bool = False,
         with_scheduled: bool = False,
         supervisor_pipe: Connection | None = None,
+        slots: int | None = None,
     ) -> None:
         settings = queue_settings()
         self.worker_id = worker_id
@@ -88,6 +94,11 @@ class Worker:
         self.burst = burst
         self.with_scheduled = with_scheduled
         self.supervisor_pipe = supervisor_pipe
+        # Slot threads report too: one message at a time on the pipe.
+        self._pipe_lock = threading.Lock()
+        self.slot_count = slots if slots is not None else settings.WORKER_SLOTS
+        self.slots: Slots | None = None  # started in run(), in the process that runs the jobs
+        self._hard_deadline: float | None = None
         self.batch_size = settings.WORKER_BATCH_SIZE
         self.poll_seconds = settings.WORKER_POLL_SECONDS
         self.claim_ahead_seconds = settings.WORKER_CLAIM_AHEAD_SECONDS
@@ -171,20 +182,16 @@ class Worker:
         if self.supervisor_pipe is None:
             return
         current = self.current
-        hard_deadline = (
-            time.monotonic() + self._limit + queue_settings().HARD_TIME_LIMIT_GRACE_SECONDS
-            if current is not None
-            else None
+        report = ChildReport(
+            job_id=current.id if current else None,
+            fence=current.fence if current else None,
+            hard_deadline=self._hard_deadline if current is not None else None,
+            held=dict(self.held) if with_held else None,
+            slots=self.slots.deadlines() if self.slots is not None else None,
         )
         try:
-            self.supervisor_pipe.send(
-                ChildReport(
-                    job_id=current.id if current else None,
-                    fence=current.fence if current else None,
-                    hard_deadline=hard_deadline,
-                    held=dict(self.held) if with_held else None,
-                )
-            )
+            with self._pipe_lock:
+                self.supervisor_pipe.send(report)
         except (OSError, ValueError):
             pass  # the supervisor is gone; it will not enforce limits anyway
 
@@ -194,7 +201,15 @@ class Worker:
         previous = self._install_signals()
         heartbeat = Heartbeat(self)
         guard = OutageGuard(f"worker {self.worker_id}")
-        log.info("worker_started", worker=self.worker_id, queues=self.queues, burst=self.burst)
+        log.info(
+            "worker_started",
+            worker=self.worker_id,
+            queues=self.queues,
+            slots=self.slot_count,
+            burst=self.burst,
+        )
+        if self.slot_count > 1:
+            self.slots = Slots(self, self.slot_count)
         try:
             self._recover_previous_incarnation(guard)
             heartbeat.start()
@@ -230,6 +245,11 @@ class Worker:
         client = broker.get_client()
         self._upkeep(client)
         self._refresh_controls()
+        if self.slots is not None and not self.slots.free():
+            # Every slot is busy: claim nothing (a claimed job is one no other worker can run).
+            self._flush_completions()
+            self.slots.wait_for_free(self.poll_seconds)
+            return True
         popped = self._reserve(client)
         if not popped:
             self._flush_completions()
@@ -274,7 +294,9 @@ class Worker:
     def _claim_size(self) -> int:
         """How many jobs to claim at once: as many as recent durations say will start
         within WORKER_CLAIM_AHEAD_SECONDS (one while nothing has run yet), at most the batch
-        size. A claimed job is one no other worker can run."""
+        size; with slots, one per free slot. A claimed job is one no other worker can run."""
+        if self.slots is not None:
+            return max(1, min(self.batch_size, self.slots.free()))
         if self._seconds_per_job is None:
             return 1
         fit = int(self.claim_ahead_seconds / max(self._seconds_per_job, 1e-6))
@@ -341,6 +363,8 @@ class Worker:
                 job = self.unstarted.pop(0)
             if not self._still_holds(job):
                 continue
+            if self.slots is not None and self._start_in_slot(job, claim_committed):
+                continue
             try:
                 self.run_job(job, late=time.monotonic() - claim_committed > START_SLACK_SECONDS)
             except OutageGuard.errors:
@@ -394,6 +418,18 @@ class Worker:
         with self._batch_lock:
             self.unstarted = [item for item in self.unstarted if item.id in still_held]
         return job.id in still_held
+
+    def _start_in_slot(self, job: ClaimedJob, claim_committed: float) -> bool:
+        """Start an async or io-bound job in a slot; False for a job the main thread runs."""
+        try:
+            spec = get_handler(job.type)
+        except QueueError:
+            return False  # run_job settles an unknown type
+        if not spec.runs_in_slot:
+            return False
+        self.slots.start(job, spec, late=time.monotonic() - claim_committed > START_SLACK_SECONDS)
+        self.processed += 1
+        return True
 
     def _hand_back_unstarted(self, reason: str) -> None:
         """Return the claimed jobs this process has not started; the fence makes it a no-op
@@ -490,8 +526,10 @@ class Worker:
         self._limit = spec.time_limit or queue_settings().DEFAULT_TIME_LIMIT_SECONDS
         self.current = job
         self.soft_deadline = time.monotonic() + self._limit
+        self._hard_deadline = self.soft_deadline + queue_settings().HARD_TIME_LIMIT_GRACE_SECONDS
         self._tell_supervisor()
         token = _current_job.set(job)
+        deadline_token = _soft_deadline.set(self.soft_deadline)
         log.debug("job_started", job_id=job.id, type=job.type, attempt=job.attempt, worker=self.worker_id)
         try:
             try:
@@ -535,6 +573,7 @@ class Worker:
                 self.held.pop(job.id, None)
         finally:
             _current_job.reset(token)
+            _soft_deadline.reset(deadline_token)
             self.current = None
             self._tell_supervisor()
             seconds = time.monotonic() - started
@@ -544,6 +583,13 @@ class Worker:
 
     def _call(self, spec: HandlerSpec, job: ClaimedJob) -> Completion | None:
         """Run the handler; returns a completion to batch, or None when already written."""
+        if spec.is_async:
+            # Without slots a coroutine runs here on a loop of its own; SIGALRM's
+            # exception ends the loop, which cancels the coroutine.
+            result = asyncio.run(spec.func(dict(job.payload)))
+            self._disarm()
+            self._check_result(result)
+            return Completion(job.id, job.fence, result)
         if not spec.atomic:
             result = spec.func(dict(job.payload))
             self._disarm()
@@ -621,6 +667,9 @@ class Worker:
 
     def _finish(self, guard: OutageGuard) -> None:
         """Clean shutdown: no job left in processing by this worker."""
+        if self.slots is not None:
+            # Slot jobs finish within the grace, else go back with what is still held below.
+            self.slots.drain(queue_settings().SHUTDOWN_GRACE_SECONDS)
         for _ in range(20):
             try:
                 self._flush_completions()
@@ -679,6 +728,8 @@ class Heartbeat(threading.Thread):
             return
         worker.lost |= lost
         log.warning("lease_lost", worker=worker.worker_id, job_ids=sorted(lost))
+        if worker.slots is not None:
+            worker.slots.cancel(lost, "lease lost")
         current = worker.current
         if current is not None and current.id in lost:
             os.kill(os.getpid(), signal.SIGUSR1)

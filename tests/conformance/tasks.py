@@ -1,5 +1,7 @@
 """Tasks for the django.tasks conformance tests, after Django's ``tests/tasks/tasks.py``."""
 
+import asyncio
+
 from django.tasks import TaskContext, task
 
 
@@ -9,7 +11,18 @@ def noop_task(*args, **kwargs) -> None:
 
 
 @task()
+async def noop_task_async(*args, **kwargs) -> None:
+    return None
+
+
+@task()
 def calculate_meaning_of_life() -> int:
+    return 42
+
+
+@task()
+async def calculate_meaning_of_life_async() -> int:
+    await asyncio.sleep(0.01)
     return 42
 
 

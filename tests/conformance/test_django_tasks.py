@@ -7,7 +7,7 @@ test_immediate_backend.py, test_dummy_backend.py) or django-tasks'
 deliberately differs from the immediate backend (a task runs later, on a worker,
 and joins the caller's transaction) the port checks the backend's behaviour and
 says so. Not covered here (other work): SystemExit / KeyboardInterrupt / exit()
-inside a task, async task functions.
+inside a task (tests/processes cover them for every handler).
 """
 
 from __future__ import annotations
@@ -284,6 +284,20 @@ def test_enqueue_task_runs_on_the_worker(relay):
     assert (result.args, result.kwargs) == ([1], {"two": 3})
     assert result.attempts == 1
     assert result.worker_ids == [f"{WORKER}/0"]
+
+
+def test_async_task_runs_on_the_worker(relay):
+    """Django test_immediate_backend.test_enqueue_task with noop_task_async, and an async
+    task's return value (supports_async_task)."""
+    assert default_task_backend.supports_async_task is True
+    noop = test_tasks.noop_task_async.enqueue(1, two=3)
+    meaning = test_tasks.calculate_meaning_of_life_async.enqueue()
+    run_worker()
+    noop.refresh()
+    meaning.refresh()
+    assert noop.status == TaskResultStatus.SUCCESSFUL and noop.return_value is None
+    assert noop.task == test_tasks.noop_task_async and noop.attempts == 1
+    assert meaning.status == TaskResultStatus.SUCCESSFUL and meaning.return_value == 42
 
 
 def test_result(relay):

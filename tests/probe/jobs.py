@@ -1,5 +1,6 @@
 """Probe handlers: each records its executions so tests can count them."""
 
+import asyncio
 import os
 import signal
 import time
@@ -8,7 +9,7 @@ from django.db import connection
 from django.tasks import task
 from django.utils import timezone
 
-from queue_app.handlers import current_job, job_handler
+from queue_app.handlers import check_time_limit, current_job, job_handler
 from tests.probe import journal
 from tests.probe.models import Effect, Execution
 
@@ -196,3 +197,50 @@ def slot(payload):
     # started_at is auto_now_add: set the real start afterwards.
     Execution.objects.filter(pk=execution.pk).update(started_at=started, finished_at=finished)
     return {"pid": os.getpid()}
+
+
+# --- slots: async and io-bound handlers (runworker --slots N) --------------------------
+
+
+@job_handler("probe.async_wait", max_attempts=1)
+async def async_wait(payload):
+    """Wait on I/O in a coroutine; records its execution first."""
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(_started)()
+    await asyncio.sleep(float(payload.get("sleep", 1)))
+    return {"pid": os.getpid()}
+
+
+@job_handler("probe.io_wait", io_bound=True, max_attempts=1)
+def io_wait(payload):
+    """Wait on I/O in a sync handler marked io-bound (a slot thread). The connection goes
+    back to the pool before the wait, as the README advises for slot threads."""
+    _started()
+    connection.close()
+    time.sleep(float(payload.get("sleep", 1)))
+    return {"pid": os.getpid()}
+
+
+@job_handler("probe.io_checks_limit", io_bound=True, time_limit=1, max_attempts=1)
+def io_checks_limit(payload):
+    """A slot-thread handler that stops at its soft limit by checking for it."""
+    _started()
+    while True:
+        check_time_limit()
+        time.sleep(0.05)
+
+
+@job_handler("probe.io_stubborn", io_bound=True, time_limit=1, max_attempts=1)
+def io_stubborn(payload):
+    """A slot-thread handler that never checks its limit: only the hard kill stops it."""
+    _started()
+    time.sleep(600)
+
+
+@job_handler("probe.io_exit", io_bound=True, max_attempts=1)
+def io_exit(payload):
+    """A slot-thread handler that ends its whole process (a poison job beside others)."""
+    _started()
+    time.sleep(float(payload.get("sleep", 0)))
+    os._exit(3)

@@ -15,6 +15,11 @@ class Command(BaseCommand):
         parser.add_argument("--queues", help="comma-separated queue names (default: all configured)")
         parser.add_argument("--concurrency", type=int, default=1, help="worker processes (default 1)")
         parser.add_argument(
+            "--slots",
+            type=int,
+            help="async and io_bound jobs each process runs at once (default: WORKER_SLOTS, 1)",
+        )
+        parser.add_argument(
             "--burst",
             action="store_true",
             help="exit when no job of these queues is due (jobs scheduled later do not keep it running)",
@@ -45,6 +50,7 @@ class Command(BaseCommand):
         with_scheduled=False,
         name=None,
         metrics_port=None,
+        slots=None,
         **options,
     ):
         configured = queue_settings().QUEUES
@@ -56,6 +62,8 @@ class Command(BaseCommand):
             )
         if concurrency < 1:
             raise CommandError("--concurrency must be at least 1")
+        if slots is not None and slots < 1:
+            raise CommandError("--slots must be at least 1")
         if with_scheduled and not burst:
             raise CommandError("--with-scheduled only applies with --burst")
         if metrics_port is not None:
@@ -68,6 +76,7 @@ class Command(BaseCommand):
             concurrency=concurrency,
             burst=burst,
             with_scheduled=with_scheduled,
+            slots=slots,
         )
         try:
             supervisor.run()
