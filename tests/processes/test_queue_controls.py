@@ -15,7 +15,7 @@ from queue_app import broker
 from queue_app.engine.controls import pause_queue, resume_queue, set_queue_limits
 from queue_app.models import Job, JobLog
 from queue_app.services import enqueue_job
-from tests.helpers import child_env, kill_group, manage, relay_all, wait_until
+from tests.helpers import child_env, kill_group, manage, ready_ids, relay_all, wait_until
 from tests.probe.models import Execution
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.redis]
@@ -76,7 +76,7 @@ def test_pause_keeps_jobs_queued_in_place_and_resume_runs_them(two_workers):
     assert queued, "the pause came after every job had run"
     # Still in line in Redis, each with its enqueue-order score.
     client = broker.get_client()
-    in_redis = {member for member in client.zrange(broker.priority_key("default"), 0, -1)}
+    in_redis = set(ready_ids(client, "default"))
     assert {str(job_id) for job_id in queued} == in_redis
 
     resume_queue("default")
