@@ -228,6 +228,7 @@ def _created_job(planned: _Planned, owner, created_at: datetime) -> Job:
         "priority": planned.priority,
         "status": Status.QUEUED.value,
         "attempts": 0,
+        "fence": 0,
         "max_attempts": planned.max_attempts,
         "next_retry_at": planned.next_retry_at,
         "enqueued_at": planned.enqueued_at,
