@@ -37,6 +37,10 @@ FAR_FUTURE_SECONDS = 24 * 3600.0
 # Attempts of a job meant to complete: its planned failures plus room for the attempts faults
 # cost (each lease expiry or restart recovery counts one), so it never runs out by chance.
 SPARE_ATTEMPTS = (8, 12)
+# Poison jobs: handlers that end their attempt other than by an Exception, on every attempt.
+# Each must fail with all its attempts charged, never loop (``probe.chaos_poison``).
+POISON_WAYS = ("system_exit", "os_exit", "oom_kill")
+POISON_SHARE = 0.02
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,11 @@ class Spec:
         return bool(self.payload.get("far"))
 
     @property
+    def poison(self) -> str | None:
+        """How this job's handler ends every attempt (``POISON_WAYS``), or None."""
+        return self.payload.get("poison")
+
+    @property
     def natural_status(self) -> str:
         """How the job ends when nobody cancels it: failed only if it fails on every attempt.
 
@@ -67,6 +76,8 @@ class Spec:
         """
         if self.far_future or self.payload.get("tail"):
             return "cancelled"
+        if self.poison:
+            return "failed"
         return "failed" if int(self.payload.get("fail_first", 0)) >= self.max_attempts else "completed"
 
     def body(self, *, with_key: bool = True) -> dict[str, Any]:
@@ -145,18 +156,23 @@ def plan_submissions(seed: int, count: int, *, window: float) -> list[Spec]:
             delay = FAR_FUTURE_SECONDS
         elif timing < 0.10:
             delay = round(rng.uniform(1, 10), 2)
+        kind = rng.choice(["probe.chaos", "probe.chaos", "probe.chaos_plain"])
+        if rng.random() < POISON_SHARE:
+            kind = "probe.chaos_poison"
+            payload = {"ref": payload["ref"], "poison": rng.choice(POISON_WAYS)}
+            delay = None
         specs.append(
             Spec(
                 ref=payload["ref"],
                 channel=channel,
                 at=at,
-                type=rng.choice(["probe.chaos", "probe.chaos", "probe.chaos_plain"]),
+                type=kind,
                 payload=payload,
                 priority=rng.choice(["high", "medium", "low"]),
                 queue="bulk" if rng.random() < 0.25 else "default",
                 delay=delay,
                 max_attempts=rng.randint(2, 4)
-                if payload.get("fail_first") == 100
+                if payload.get("fail_first") == 100 or "poison" in payload
                 else payload.get("fail_first", 0) + rng.randint(*SPARE_ATTEMPTS),
                 key=None if channel == "service" else f"chaos-{seed}-{index}",
             )

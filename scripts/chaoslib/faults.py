@@ -20,6 +20,7 @@ from pathlib import Path
 import redis
 
 from chaoslib.processes import Cast, Child
+from chaoslib.schedule import STOP_EXIT_SECONDS as STOP_EXIT_SECONDS_IN_PLAN
 from chaoslib.schedule import Fault
 
 # How long a worker fault waits for some worker to hold a job before hitting an idle one.
@@ -28,6 +29,9 @@ BUSY_WAIT_SECONDS = 2.0
 # often, this long apart, before it counts as skipped; the run requires a minimum per kind.
 RETRIES_WHEN_SKIPPED = 3
 RETRY_GAP_SECONDS = 1.0
+# A stopped worker that has not exited this long after its SIGTERM (and SIGCONT) is SIGKILLed,
+# which the run reports as an unclean stop.
+STOP_TIMEOUT_SECONDS = 30.0
 
 
 def _identity(child: Child) -> str:
@@ -46,7 +50,7 @@ class Injector:
         redis_client: Callable[[], redis.Redis],
         pick_ids: Callable[[], dict[str, list[str]]],
         busy_workers: Callable[[], set[str]],
-        long_jobs: Callable[[], dict[str, tuple[str, int]]],
+        long_jobs: Callable[[], dict[str, tuple[str, int]]],  # --name -> (job id, fence)
         reclaimed: Callable[[str, int], bool],
         seed: int,
         log_path: Path,
@@ -120,7 +124,7 @@ class Injector:
         planned = workers[fault.target]
         deadline = time.monotonic() + BUSY_WAIT_SECONDS
         while True:
-            running = [child for child in workers if child.alive and not child.paused]
+            running = [child for child in workers if child.alive and not child.paused and not child.down]
             identities = self.busy_workers()
             busy = [child for child in running if _identity(child) in identities]
             if planned in busy:
@@ -171,34 +175,87 @@ class Injector:
         self._later(fault.hold, f"resumed {child.name}", lambda: self.cast.resume(child))
         return f"paused {child.name}"
 
-    def _pause_until_reclaimed(self, fault: Fault) -> str | None:
-        """Pause a worker running a long job; resume it as soon as another worker has claimed
-        that job (or the hold ran out), so the stale attempt wakes while the next one runs."""
+    def _long_job_target(self) -> tuple[Child, str, int] | None:
+        """A running worker busy with a long job: (its child, the job id, the claim's fence)."""
         deadline = time.monotonic() + BUSY_WAIT_SECONDS
         while True:
-            running = {_identity(c): c for c in self.cast.by_role("worker") if c.alive and not c.paused}
+            running = {
+                _identity(c): c
+                for c in self.cast.by_role("worker")
+                if c.alive and not c.paused and not c.down
+            }
             targets = [(name, job) for name, job in sorted(self.long_jobs().items()) if name in running]
             if targets:
-                break
+                identity, (job_id, fence) = self.rng.choice(targets)
+                return running[identity], job_id, fence
             if time.monotonic() > deadline:
                 return None
             self.cast.watch()
             time.sleep(0.05)
-        identity, (job_id, attempt) = self.rng.choice(targets)
-        child = running[identity]
-        self.cast.pause(child)
-        give_up = time.monotonic() + fault.hold
+
+    def _resume_when_reclaimed(self, child: Child, job_id: str, fence: int, hold: float, then=None) -> None:
+        """Poll until another claim of the job holds it (or ``hold`` ran out), then SIGCONT the
+        child and run ``then``."""
+        give_up = time.monotonic() + hold
 
         def poll() -> str | None:
-            if self.reclaimed(job_id, attempt) or time.monotonic() > give_up:
+            taken = self.reclaimed(job_id, fence)
+            if taken or time.monotonic() > give_up:
                 self.cast.resume(child)
-                how = "reclaimed" if self.reclaimed(job_id, attempt) else "not reclaimed in time"
-                return f"resumed {child.name} ({job_id} attempt {attempt} {how})"
+                if then is not None:
+                    then()
+                how = "reclaimed" if taken else "not reclaimed in time"
+                return f"resumed {child.name} ({job_id} fence {fence} {how})"
             self.schedule(time.monotonic() + 0.05, poll)
             return None
 
         self.schedule(time.monotonic() + 0.05, poll)
-        return f"paused {child.name} running {job_id} attempt {attempt}"
+
+    def _pause_until_reclaimed(self, fault: Fault) -> str | None:
+        """Pause a worker running a long job; resume it as soon as another worker has claimed
+        that job (or the hold ran out), so the stale attempt wakes while the next one runs."""
+        target = self._long_job_target()
+        if target is None:
+            return None
+        child, job_id, fence = target
+        self.cast.pause(child)
+        self._resume_when_reclaimed(child, job_id, fence, fault.hold)
+        return f"paused {child.name} running {job_id} fence {fence}"
+
+    def _stop_worker_mid_job(self, fault: Fault) -> str | None:
+        """SIGTERM a worker running a long job: it hands back what it has not started and must
+        exit 0; then it starts again under its name. With ``then_pause`` it is SIGSTOPped
+        right after the SIGTERM until another worker claims its running job."""
+        target = self._long_job_target()
+        if target is None:
+            return None
+        child, job_id, fence = target
+        self.cast.terminate(child)
+        if fault.then_pause:
+            time.sleep(0.2)  # let the worker take the SIGTERM (and start its shutdown) first
+            self.cast.pause(child)
+            hold = fault.hold - STOP_EXIT_SECONDS_IN_PLAN
+            self._resume_when_reclaimed(
+                child, job_id, fence, hold, then=lambda: self._restart_after_exit(child)
+            )
+        else:
+            self._restart_after_exit(child)
+        paused = ", then paused" if fault.then_pause else ""
+        return f"stopped {child.name} (SIGTERM{paused}) running {job_id} fence {fence}"
+
+    def _restart_after_exit(self, child: Child) -> None:
+        """Once the stopped child has exited, record its exit code and start it again."""
+        give_up = time.monotonic() + STOP_TIMEOUT_SECONDS
+
+        def poll() -> str | None:
+            if child.process.poll() is None and time.monotonic() < give_up:
+                self.schedule(time.monotonic() + 0.1, poll)
+                return None
+            code = self.cast.reap(child)
+            self.cast.start(child)
+            return f"{child.name} exited with {code} after its stop; started again"
+
+        self.schedule(time.monotonic() + 0.1, poll)
 
     def _kill_relay(self, fault: Fault) -> str | None:
         return self._kill_and_restart(self.cast.by_role("relay")[fault.target], fault.hold)

@@ -85,7 +85,7 @@ def chaos(payload):
     """For the chaos run: journal the execution, sleep, maybe fail, and write an Effect
     naming the execution in the completion transaction (it rolls back if fenced)."""
     job = current_job()
-    with journal.execution(job.id, job.attempt) as execution:
+    with journal.execution(job.id, job.attempt, job.fence) as execution:
         _chaos_work(payload, job.attempt)
         Effect.objects.create(job_id=job.id, attempt=job.attempt, execution=execution)
         return {"execution": execution, "attempt": job.attempt}
@@ -95,9 +95,18 @@ def chaos(payload):
 def chaos_plain(payload):
     """Like ``probe.chaos`` without a database write: its completion is batched by the worker."""
     job = current_job()
-    with journal.execution(job.id, job.attempt) as execution:
+    with journal.execution(job.id, job.attempt, job.fence) as execution:
         _chaos_work(payload, job.attempt)
         return {"execution": execution, "attempt": job.attempt}
+
+
+@job_handler("probe.chaos_poison", max_attempts=3)
+def chaos_poison(payload):
+    """For the chaos run: journal the execution, then end as ``payload["poison"]`` says
+    (``system_exit``, ``os_exit`` or ``oom_kill``) on every attempt."""
+    job = current_job()
+    with journal.execution(job.id, job.attempt, job.fence):
+        _end_badly(payload["poison"])
 
 
 @job_handler("probe.cut_connection", max_attempts=2)
