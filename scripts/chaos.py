@@ -5,11 +5,12 @@
     .venv/bin/python scripts/chaos.py --seed 7 --plan          # print the fault plan only
 
 It starts a web server, relays (armed with the ``relay.after_push``
-failpoint), workers and the reconciler as ``manage.py`` processes, submits
-jobs through the service layer and the API while a seeded schedule injects
-faults (SIGKILL of workers, worker processes, relays and the reconciler;
-SIGSTOP of a worker past its lease; FLUSHDB; Redis and PostgreSQL restarts;
-stale and duplicate ids pushed into Redis), then stops the faults, lets the
+failpoint), workers (armed with ``worker.after_pop``) and the reconciler as
+``manage.py`` processes, submits jobs (poison jobs among them) through the
+service layer and the API while a seeded schedule injects faults (SIGKILL of
+workers, worker processes, relays and the reconciler; SIGSTOP of a worker
+past its lease; SIGTERM of a worker mid-job; FLUSHDB; Redis and PostgreSQL
+restarts; stale and duplicate ids pushed into Redis), then stops the faults, lets the
 system settle, and checks the invariants (scripts/chaoslib/invariants.py).
 It prints the figures and exits 1 when an invariant fails.
 
@@ -265,15 +266,17 @@ def busy_worker_names() -> set[str]:
         return set()
 
 
-def long_jobs_by_worker() -> dict[str, tuple[str, int]]:
-    """runworker --name -> (job id, fence) of a job it runs that sleeps at least half a second."""
+def long_jobs_by_worker(min_sleep: float = 0.5) -> dict[str, tuple[str, int]]:
+    """runworker --name -> (job id, fence) of a job it runs that sleeps at least ``min_sleep``."""
     from django.db import DatabaseError, InterfaceError, connection
 
     try:
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT split_part(worker_id, '/', 1), id::text, fence FROM jobs"
-                " WHERE status = 'processing' AND (payload->>'sleep')::float >= 0.5 ORDER BY started_at"
+                " WHERE status = 'processing' AND coalesce((payload->>'sleep')::float, 0) >= %s"
+                " ORDER BY started_at",
+                [min_sleep],
             )
             return {name: (job_id, fence) for name, job_id, fence in cursor.fetchall()}
     except (DatabaseError, InterfaceError):

@@ -14,7 +14,8 @@ client may safely do after an error decides how it retries:
 The API client also cancels a few of its jobs while they run, and retries
 some of those it cancelled; it records each action and whether its outcome
 is certain. From the spec and those actions, ``Submission.allowed_statuses``
-says how the job may end: a job fails only if its payload fails every attempt,
+says how the job may end: a job fails only if its payload fails every attempt
+(a poison job, whose handler ends its process or raises SystemExit, always does),
 ends cancelled only if a client cancelled it (and did not retry it after),
 and otherwise completes.
 """

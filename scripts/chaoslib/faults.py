@@ -50,7 +50,8 @@ class Injector:
         redis_client: Callable[[], redis.Redis],
         pick_ids: Callable[[], dict[str, list[str]]],
         busy_workers: Callable[[], set[str]],
-        long_jobs: Callable[[], dict[str, tuple[str, int]]],  # --name -> (job id, fence)
+        # (minimum sleep) -> {--name: (job id, fence)} of the jobs the workers run
+        long_jobs: Callable[..., dict[str, tuple[str, int]]],
         reclaimed: Callable[[str, int], bool],
         seed: int,
         log_path: Path,
@@ -175,8 +176,9 @@ class Injector:
         self._later(fault.hold, f"resumed {child.name}", lambda: self.cast.resume(child))
         return f"paused {child.name}"
 
-    def _long_job_target(self) -> tuple[Child, str, int] | None:
-        """A running worker busy with a long job: (its child, the job id, the claim's fence)."""
+    def _long_job_target(self, *, or_any_job: bool = False) -> tuple[Child, str, int] | None:
+        """A running worker busy with a long job: (its child, the job id, the claim's fence).
+        ``or_any_job``: when no long job runs by the deadline, a worker running any job."""
         deadline = time.monotonic() + BUSY_WAIT_SECONDS
         while True:
             running = {
@@ -189,7 +191,13 @@ class Injector:
                 identity, (job_id, fence) = self.rng.choice(targets)
                 return running[identity], job_id, fence
             if time.monotonic() > deadline:
-                return None
+                if not or_any_job:
+                    return None
+                jobs = {name: job for name, job in sorted(self.long_jobs(0.0).items()) if name in running}
+                if not jobs:
+                    return None
+                identity = self.rng.choice(sorted(jobs))
+                return running[identity], *jobs[identity]
             self.cast.watch()
             time.sleep(0.05)
 
@@ -226,7 +234,7 @@ class Injector:
         """SIGTERM a worker running a long job: it hands back what it has not started and must
         exit 0; then it starts again under its name. With ``then_pause`` it is SIGSTOPped
         right after the SIGTERM until another worker claims its running job."""
-        target = self._long_job_target()
+        target = self._long_job_target(or_any_job=True)
         if target is None:
             return None
         child, job_id, fence = target
