@@ -21,7 +21,7 @@ import redis
 
 from chaoslib.processes import Cast, Child
 from chaoslib.schedule import STOP_EXIT_SECONDS as STOP_EXIT_SECONDS_IN_PLAN
-from chaoslib.schedule import Fault
+from chaoslib.schedule import Fault, Kind
 
 # How long a worker fault waits for some worker to hold a job before hitting an idle one.
 BUSY_WAIT_SECONDS = 2.0
@@ -29,6 +29,9 @@ BUSY_WAIT_SECONDS = 2.0
 # often, this long apart, before it counts as skipped; the run requires a minimum per kind.
 RETRIES_WHEN_SKIPPED = 3
 RETRY_GAP_SECONDS = 1.0
+# Faults that need a worker running a job try longer: they often come during a store outage,
+# when no job runs, and they are the ones that put a stale attempt beside a new one.
+RETRIES_WHEN_NO_JOB_RUNS = 12
 # A stopped worker that has not exited this long after its SIGTERM (and SIGCONT) is SIGKILLed,
 # which the run reports as an unclean stop.
 STOP_TIMEOUT_SECONDS = 30.0
@@ -105,9 +108,12 @@ class Injector:
 
     # --- faults ------------------------------------------------------------------------
 
-    def apply(self, fault: Fault, tries_left: int = RETRIES_WHEN_SKIPPED) -> str:
+    def apply(self, fault: Fault, tries_left: int | None = None) -> str:
         """Apply one fault; each kind's method returns what it did, or None if it found no target
         (then it is tried again a little later, and counted as skipped after the last try)."""
+        if tries_left is None:
+            needs_job = fault.kind in (Kind.PAUSE_UNTIL_RECLAIMED, Kind.STOP_WORKER_MID_JOB)
+            tries_left = RETRIES_WHEN_NO_JOB_RUNS if needs_job else RETRIES_WHEN_SKIPPED
         done = getattr(self, f"_{fault.kind}")(fault)
         if done is None:
             if tries_left > 0:
