@@ -245,7 +245,10 @@ class Supervisor:
         The running job fails with ``current_error`` (its attempt counts), or is handed
         back uncounted when there is none (the supervisor chose to stop it)."""
         log.warning("worker_process_killed", worker=child.worker_id, reason=reason, job=child.current)
-        os.kill(child.process.pid, signal.SIGKILL)
+        # It may have exited and been reaped since the caller saw it alive (e.g. the
+        # supervisor was paused past its stop deadline while the child shut down).
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.process.pid, signal.SIGKILL)
         child.process.join()
         self._settle_child_jobs(child, reason=reason, current_error=current_error)
 
