@@ -344,9 +344,13 @@ class ApiClient(threading.Thread):
         while True:
             try:
                 status, data = self.request(method, path, body, headers)
-                if status < 500:
+                if 200 <= status < 300 and data is None:
+                    # A success whose body did not arrive whole: as good as no answer.
+                    self.http_errors[f"{status} without a JSON body"] += 1
+                elif status < 500:
                     return status, data, certain
-                self.http_errors[str(status)] += 1
+                else:
+                    self.http_errors[str(status)] += 1
             except (OSError, http.client.HTTPException) as exc:
                 self.http_errors[type(exc).__name__] += 1
             certain = False

@@ -119,7 +119,10 @@ class Cast:
         pids = child_pids(child.process.pid) if child.alive else []
         if not pids:
             return None
-        os.kill(pids[0], signal.SIGKILL)
+        try:
+            os.kill(pids[0], signal.SIGKILL)
+        except ProcessLookupError:
+            return None  # it exited meanwhile (its supervisor restarts it): try again later
         return pids[0]
 
     def pause(self, child: Child) -> None:
