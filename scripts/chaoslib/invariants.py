@@ -228,7 +228,7 @@ SQL_CHECKS: dict[str, Check] = {
                OR (SELECT count(*) FROM chaos_execution e WHERE e.job_id = j.id) > j.max_attempts)""",
     ),
     "every_execution_has_its_claim": Check(
-        "every journaled execution started after a 'claimed' row of its job and attempt",
+        "every journaled execution started after the 'claimed' row of its job, attempt and fence",
         "SELECT count(*) FROM chaos_execution_claim",
         """SELECT job_id, execution, attempt, started_at FROM chaos_execution_claim
             WHERE claim_id IS NULL""",
