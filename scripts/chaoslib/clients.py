@@ -145,6 +145,10 @@ def plan_submissions(seed: int, count: int, *, window: float) -> list[Spec]:
             [rng.uniform(0, 0.05), rng.uniform(0.05, 0.3), rng.uniform(0.5, 1.5)], [60, 30, 10]
         )[0]
         payload: dict[str, Any] = {"ref": f"r{index:06d}", "sleep": round(sleep, 3)}
+        if sleep >= 0.5 and rng.random() < 0.5:
+            # Sleeps on when the worker says its lease is gone: a paused worker's stale
+            # attempt then reaches its completion, which the fence must reject.
+            payload["stubborn"] = True
         failing = rng.random()
         if failing < 0.03:
             payload["fail_first"] = 100  # fails every attempt: ends failed

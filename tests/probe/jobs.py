@@ -8,6 +8,7 @@ from django.db import connection
 from django.tasks import task
 from django.utils import timezone
 
+from queue_app.exceptions import LeaseLost
 from queue_app.handlers import current_job, job_handler
 from tests.probe import journal
 from tests.probe.models import Effect, Execution
@@ -75,7 +76,16 @@ def stubborn(payload):
 
 
 def _chaos_work(payload, attempt: int) -> None:
-    time.sleep(float(payload.get("sleep", 0)))
+    # A "stubborn" job sleeps on through the worker's lease-lost interrupt (as a handler with a
+    # broad except, or stuck in C code, would): a paused worker's stale attempt then reaches
+    # its completion, which only the fence stops.
+    until = time.monotonic() + float(payload.get("sleep", 0))
+    while (left := until - time.monotonic()) > 0:
+        try:
+            time.sleep(left)
+        except LeaseLost:
+            if not payload.get("stubborn"):
+                raise
     if attempt <= int(payload.get("fail_first", 0)):
         raise RuntimeError(f"failing attempt {attempt}")
 
