@@ -266,8 +266,9 @@ def busy_worker_names() -> set[str]:
         return set()
 
 
-def long_jobs_by_worker(min_sleep: float = 0.5) -> dict[str, tuple[str, int]]:
-    """runworker --name -> (job id, fence) of a job it runs that sleeps at least ``min_sleep``."""
+def long_jobs_by_worker(min_sleep: float = 0.5, stubborn: bool = False) -> dict[str, tuple[str, int]]:
+    """runworker --name -> (job id, fence) of a job it runs that sleeps at least ``min_sleep``
+    (``stubborn``: only jobs that sleep on through the lease-lost interrupt)."""
     from django.db import DatabaseError, InterfaceError, connection
 
     try:
@@ -275,8 +276,8 @@ def long_jobs_by_worker(min_sleep: float = 0.5) -> dict[str, tuple[str, int]]:
             cursor.execute(
                 "SELECT split_part(worker_id, '/', 1), id::text, fence FROM jobs"
                 " WHERE status = 'processing' AND coalesce((payload->>'sleep')::float, 0) >= %s"
-                " ORDER BY started_at",
-                [min_sleep],
+                " AND (%s OR coalesce((payload->>'stubborn')::bool, false)) ORDER BY started_at",
+                [min_sleep, not stubborn],
             )
             return {name: (job_id, fence) for name, job_id, fence in cursor.fetchall()}
     except (DatabaseError, InterfaceError):

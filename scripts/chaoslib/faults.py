@@ -53,7 +53,7 @@ class Injector:
         redis_client: Callable[[], redis.Redis],
         pick_ids: Callable[[], dict[str, list[str]]],
         busy_workers: Callable[[], set[str]],
-        # (minimum sleep) -> {--name: (job id, fence)} of the jobs the workers run
+        # (minimum sleep, stubborn only) -> {--name: (job id, fence)} of the jobs the workers run
         long_jobs: Callable[..., dict[str, tuple[str, int]]],
         reclaimed: Callable[[str, int], bool],
         seed: int,
@@ -182,9 +182,12 @@ class Injector:
         self._later(fault.hold, f"resumed {child.name}", lambda: self.cast.resume(child))
         return f"paused {child.name}"
 
-    def _long_job_target(self, *, or_any_job: bool = False) -> tuple[Child, str, int] | None:
+    def _long_job_target(
+        self, *, stubborn_first: bool = False, or_any_job: bool = False
+    ) -> tuple[Child, str, int] | None:
         """A running worker busy with a long job: (its child, the job id, the claim's fence).
-        ``or_any_job``: when no long job runs by the deadline, a worker running any job."""
+        ``stubborn_first``: only a stubborn long job until the wait ends, then any long job;
+        ``or_any_job``: when no long job runs by then, a worker running any job."""
         deadline = time.monotonic() + BUSY_WAIT_SECONDS
         while True:
             running = {
@@ -192,18 +195,18 @@ class Injector:
                 for c in self.cast.by_role("worker")
                 if c.alive and not c.paused and not c.down
             }
-            targets = [(name, job) for name, job in sorted(self.long_jobs().items()) if name in running]
-            if targets:
-                identity, (job_id, fence) = self.rng.choice(targets)
-                return running[identity], job_id, fence
+            searches = [(0.5, stubborn_first)]
             if time.monotonic() > deadline:
-                if not or_any_job:
-                    return None
-                jobs = {name: job for name, job in sorted(self.long_jobs(0.0).items()) if name in running}
-                if not jobs:
-                    return None
-                identity = self.rng.choice(sorted(jobs))
-                return running[identity], *jobs[identity]
+                searches = [(0.5, False)] + ([(0.0, False)] if or_any_job else [])
+            for min_sleep, stubborn in searches:
+                jobs = {
+                    name: job for name, job in self.long_jobs(min_sleep, stubborn).items() if name in running
+                }
+                if jobs:
+                    identity = self.rng.choice(sorted(jobs))
+                    return running[identity], *jobs[identity]
+            if time.monotonic() > deadline:
+                return None
             self.cast.watch()
             time.sleep(0.05)
 
@@ -228,7 +231,7 @@ class Injector:
     def _pause_until_reclaimed(self, fault: Fault) -> str | None:
         """Pause a worker running a long job; resume it as soon as another worker has claimed
         that job (or the hold ran out), so the stale attempt wakes while the next one runs."""
-        target = self._long_job_target()
+        target = self._long_job_target(stubborn_first=True)
         if target is None:
             return None
         child, job_id, fence = target
