@@ -231,6 +231,9 @@ class Injector:
     def _pause_until_reclaimed(self, fault: Fault) -> str | None:
         """Pause a worker running a long job; resume it as soon as another worker has claimed
         that job (or the hold ran out), so the stale attempt wakes while the next one runs."""
+        others = [c for c in self.cast.by_role("worker") if c.alive and not c.paused and not c.down]
+        if len(others) < 2:
+            return None  # no other worker would be left to claim the job again
         target = self._long_job_target(stubborn_first=True)
         if target is None:
             return None
