@@ -1,6 +1,6 @@
 """Settings, read from the environment (12-factor); the only place that reads it.
 
-DATABASE_URL / REDIS_URL select the stores; when unset, embedded servers are
+DATABASE_URL / REDIS_URL (and CACHE_URL) select the stores; when unset, embedded servers are
 started under ``.data/`` (see jobsite/embedded.py). The queue's own settings
 live in ``JOBQUEUE`` (defaults and validation in queue_app/conf.py); any key
 can be set here as ``JOBQUEUE_<KEY>``.
@@ -137,11 +137,21 @@ if _env_bool("DATABASE_PGBOUNCER", False):
     DISABLE_SERVER_SIDE_CURSORS = True
     DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = None
 
+# A Redis Cluster for the queue is named redis+cluster://host:port[,host:port...]
+# (queue_app/broker/client.py).
 REDIS_URL = os.environ.get("REDIS_URL") or embedded.redis_url()
+# The cache (throttles, auth-failure counters) needs a plain Redis: django-redis has
+# no cluster client. By default it shares the queue's Redis.
+CACHE_URL = os.environ.get("CACHE_URL") or REDIS_URL
+if CACHE_URL.partition("://")[0].endswith("+cluster"):
+    raise ImproperlyConfigured(
+        "CACHE_URL must name a plain Redis (redis://...): the cache cannot use a Redis Cluster. "
+        "Set CACHE_URL when REDIS_URL is a redis+cluster:// URL."
+    )
 CACHES = {
     "default": {
         "BACKEND": "django_redis.cache.RedisCache",
-        "LOCATION": REDIS_URL,
+        "LOCATION": CACHE_URL,
         "OPTIONS": {
             "CLIENT_CLASS": "django_redis.client.DefaultClient",
             "SOCKET_CONNECT_TIMEOUT": 5,

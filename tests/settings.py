@@ -9,7 +9,7 @@ import os
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from jobsite.settings import *  # noqa: F403
-from jobsite.settings import CACHES, INSTALLED_APPS, REDIS_URL
+from jobsite.settings import CACHE_URL, CACHES, INSTALLED_APPS, REDIS_URL
 
 
 def _with_db(url: str, db: str) -> str:
@@ -24,8 +24,12 @@ def _with_db(url: str, db: str) -> str:
 
 
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.probe"]
-REDIS_URL = _with_db(REDIS_URL, os.environ.get("REDIS_TEST_DB", "15"))
-CACHES["default"]["LOCATION"] = REDIS_URL
+_TEST_DB = os.environ.get("REDIS_TEST_DB", "15")
+# A Redis Cluster has database 0 only: a test that uses one starts its own.
+if not REDIS_URL.partition("://")[0].endswith("+cluster"):
+    REDIS_URL = _with_db(REDIS_URL, _TEST_DB)
+CACHE_URL = _with_db(CACHE_URL, _TEST_DB)
+CACHES["default"]["LOCATION"] = CACHE_URL
 # The suite submits the demo types whatever DEBUG says.
 DEMO_JOB_TYPES = True
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor, wait
 
-import redis
 from django.db import DatabaseError, connection
 
+from queue_app.broker.client import REDIS_ERRORS, connect
 from queue_app.conf import redis_url
 
 HEALTH_TIMEOUT_SECONDS = 1.0
@@ -38,17 +38,20 @@ def check_postgresql() -> str:
 
 def check_redis() -> str:
     """'ok', or the error from a PING on a fresh connection (not the pooled client)."""
-    client = redis.Redis.from_url(
-        redis_url(),
-        socket_connect_timeout=HEALTH_TIMEOUT_SECONDS,
-        socket_timeout=HEALTH_TIMEOUT_SECONDS,
-    )
+    client = None
     try:
+        # A cluster client asks a node for the slot map here, so it can fail too.
+        client = connect(
+            redis_url(),
+            socket_connect_timeout=HEALTH_TIMEOUT_SECONDS,
+            socket_timeout=HEALTH_TIMEOUT_SECONDS,
+        )
         client.ping()
-    except (redis.RedisError, OSError) as exc:
+    except REDIS_ERRORS as exc:
         return f"{type(exc).__name__}: {exc}".strip()
     finally:
-        client.close()
+        if client is not None:
+            client.close()
     return "ok"
 
 

@@ -20,13 +20,13 @@ with its promotion) puts them back where they were.
 Redis holds ids only; losing it loses the schedule, never the work.
 
 Modules: ``keys`` (names), ``scores`` (exact float64 scores), ``client`` (one
-client per process), ``ready`` (apply intents, pop into flight, acknowledge,
+client per process, plain or cluster), ``ready`` (apply intents, pop into flight, acknowledge,
 return expired ids, wait, promote, depths), ``repair`` (the reconciler's look-ups,
 scans and restores). Callers use the names re-exported here: ``broker.apply``,
 ``broker.priority_key``, ...
 """
 
-from queue_app.broker.client import get_client
+from queue_app.broker.client import REDIS_ERRORS, connect, get_client, is_cluster, is_cluster_url
 from queue_app.broker.keys import (
     RECONCILE_KEY_TTL_SECONDS,
     fifo_key,
@@ -77,11 +77,13 @@ __all__ = [
     "INFLIGHT_SECONDS",
     "LATEST_EXACT_TIME",
     "RECONCILE_KEY_TTL_SECONDS",
+    "REDIS_ERRORS",
     "TIER_SPAN",
     "Intent",
     "Lookup",
     "acknowledge",
     "apply",
+    "connect",
     "contains",
     "depths",
     "discard_reconcile_keys",
@@ -91,6 +93,8 @@ __all__ = [
     "inflight_key",
     "inflight_scores_key",
     "get_client",
+    "is_cluster",
+    "is_cluster_url",
     "priority_key",
     "priority_score",
     "prune_list",

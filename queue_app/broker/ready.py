@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import redis
 from redis.commands.core import Script
 
+from queue_app.broker.client import is_cluster
 from queue_app.broker.keys import (
     fifo_key,
     inflight_key,
@@ -133,7 +134,18 @@ def acknowledge(client: redis.Redis, popped: dict[str, list[str]]) -> None:
 
 def wait_for_work(client: redis.Redis, queues: Sequence[str], timeout: float) -> bool:
     """Block up to ``timeout`` for a wake token of any of ``queues`` (no busy polling)."""
-    return client.blpop([wake_key(queue) for queue in queues], timeout=timeout) is not None
+    keys = [wake_key(queue) for queue in queues]
+    if not is_cluster(client) or len(keys) == 1:
+        return client.blpop(keys, timeout=timeout) is not None
+    # A cluster refuses a BLPOP across slots, and each queue has its own: take any token
+    # already there, else block on each queue's key in turn for a share of the timeout.
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.lpop(key)
+    if any(token is not None for token in pipe.execute()):
+        return True
+    share = timeout / len(keys)
+    return any(client.blpop([key], timeout=share) is not None for key in keys)
 
 
 # Puts in-flight ids whose deadline passed back where they were popped from: a

@@ -24,7 +24,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-import redis
 from django.db import connection
 
 from queue_app import broker
@@ -110,7 +109,7 @@ def _oldest_queued(queues: list[tuple[str, bool]], queued_is_large: bool) -> tup
     if queued_is_large:
         try:
             heads = broker.ready_heads(broker.get_client(), queues, sorted(set(PRIORITY_TIER.values())))
-        except (redis.RedisError, OSError):
+        except broker.REDIS_ERRORS:
             pass  # no Redis: read the queued jobs after all
         else:
             return _fetch("oldest_due_queued_among", {"ids": heads})[0][0], True
@@ -120,7 +119,7 @@ def _oldest_queued(queues: list[tuple[str, bool]], queued_is_large: bool) -> tup
 def _redis_depths(queues: list[tuple[str, bool]]) -> tuple[dict[str, dict[str, int]] | None, str | None]:
     try:
         return broker.depths(broker.get_client(), queues), None
-    except (redis.RedisError, OSError) as exc:
+    except broker.REDIS_ERRORS as exc:
         return None, f"{type(exc).__name__}: {exc}"
 
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 import time
 
 import psycopg
-import redis
 import structlog
 from django.db import DatabaseError, InterfaceError
 
+from queue_app import broker
+
 log = structlog.get_logger("queue_app.outages")
 
-STORE_ERRORS = (DatabaseError, InterfaceError, psycopg.Error, redis.RedisError, OSError)
+STORE_ERRORS = (DatabaseError, InterfaceError, psycopg.Error, *broker.REDIS_ERRORS)
 
 
 class OutageGuard:
