@@ -5,11 +5,12 @@
     .venv/bin/python scripts/chaos.py --seed 7 --plan          # print the fault plan only
 
 It starts a web server, relays (armed with the ``relay.after_push``
-failpoint), workers and the reconciler as ``manage.py`` processes, submits
-jobs through the service layer and the API while a seeded schedule injects
-faults (SIGKILL of workers, worker processes, relays and the reconciler;
-SIGSTOP of a worker past its lease; FLUSHDB; Redis and PostgreSQL restarts;
-stale and duplicate ids pushed into Redis), then stops the faults, lets the
+failpoint), workers (armed with ``worker.after_pop``) and the reconciler as
+``manage.py`` processes, submits jobs (poison jobs among them) through the
+service layer and the API while a seeded schedule injects faults (SIGKILL of
+workers, worker processes, relays and the reconciler; SIGSTOP of a worker
+past its lease; SIGTERM of a worker mid-job; FLUSHDB; Redis and PostgreSQL
+restarts; stale and duplicate ids pushed into Redis), then stops the faults, lets the
 system settle, and checks the invariants (scripts/chaoslib/invariants.py).
 It prints the figures and exits 1 when an invariant fails.
 
@@ -71,6 +72,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=float,
         default=0.05,
         help="chance a relay kills itself after a push (default 0.05)",
+    )
+    parser.add_argument(
+        "--pop-failpoint",
+        type=float,
+        default=0.03,
+        help="chance a worker process kills itself between a pop and its claim (default 0.03)",
     )
     parser.add_argument(
         "--stores",
@@ -146,6 +153,9 @@ def build_cast(args: argparse.Namespace, folder: Path, env: dict[str, str], port
     relay_env = {**env, "JOBSITE_FAILPOINTS": f"relay.after_push=kill@{args.failpoint}"}
     for index in range(args.relays):
         cast.add(f"relay-{index}", "relay", ["runrelay"], relay_env if args.failpoint > 0 else env)
+    # A worker process that kills itself after a pop leaves the ids in the in-flight set;
+    # its supervisor starts a new process, and a sweep must give the ids back.
+    worker_env = {**env, "JOBSITE_FAILPOINTS": f"worker.after_pop=kill@{args.pop_failpoint}"}
     for index in range(args.workers):
         # The first supervisor runs two worker processes, the others one.
         concurrency = "2" if index == 0 else "1"
@@ -153,7 +163,7 @@ def build_cast(args: argparse.Namespace, folder: Path, env: dict[str, str], port
             f"worker-{index}",
             "worker",
             ["runworker", "--name", f"chaos-w{index}", "--concurrency", concurrency],
-            env,
+            worker_env if args.pop_failpoint > 0 else env,
         )
     cast.add("reconciler", "reconciler", ["reconcile_queue", "--loop", "--interval", "1"], env)
     return cast
@@ -256,31 +266,34 @@ def busy_worker_names() -> set[str]:
         return set()
 
 
-def long_jobs_by_worker() -> dict[str, tuple[str, int]]:
-    """runworker --name -> (job id, attempt) of a job it runs that sleeps at least half a second."""
+def long_jobs_by_worker(min_sleep: float = 0.5, stubborn: bool = False) -> dict[str, tuple[str, int]]:
+    """runworker --name -> (job id, fence) of a job it runs that sleeps at least ``min_sleep``
+    (``stubborn``: only jobs that sleep on through the lease-lost interrupt)."""
     from django.db import DatabaseError, InterfaceError, connection
 
     try:
         with connection.cursor() as cursor:
             cursor.execute(
-                "SELECT split_part(worker_id, '/', 1), id::text, attempts FROM jobs"
-                " WHERE status = 'processing' AND (payload->>'sleep')::float >= 0.5 ORDER BY started_at"
+                "SELECT split_part(worker_id, '/', 1), id::text, fence FROM jobs"
+                " WHERE status = 'processing' AND coalesce((payload->>'sleep')::float, 0) >= %s"
+                " AND (%s OR coalesce((payload->>'stubborn')::bool, false)) ORDER BY started_at",
+                [min_sleep, not stubborn],
             )
-            return {name: (job_id, attempt) for name, job_id, attempt in cursor.fetchall()}
+            return {name: (job_id, fence) for name, job_id, fence in cursor.fetchall()}
     except (DatabaseError, InterfaceError):
         connection.close()
         return {}
 
 
-def reclaimed(job_id: str, attempt: int) -> bool:
-    """Whether a later attempt of the job holds it now (False while PostgreSQL is down)."""
+def reclaimed(job_id: str, fence: int) -> bool:
+    """Whether a later claim of the job holds it now (False while PostgreSQL is down)."""
     from django.db import DatabaseError, InterfaceError, connection
 
     try:
         with connection.cursor() as cursor:
             cursor.execute(
-                "SELECT 1 FROM jobs WHERE id = %s AND status = 'processing' AND attempts > %s",
-                [job_id, attempt],
+                "SELECT 1 FROM jobs WHERE id = %s AND status = 'processing' AND fence > %s",
+                [job_id, fence],
             )
             return cursor.fetchone() is not None
     except (DatabaseError, InterfaceError):
@@ -492,12 +505,13 @@ def final_checks(
     # relays must carry the removals, and then Redis holds nothing.
     with_database(cancel_parked_jobs)
     final_outbox = relays_drain(cast)
-    empty_result = with_database(invariants.check_redis_empty)
+    empty_result = with_database(lambda: invariants.check_redis_empty(QUEUES))
     cast.watch()
     for role in ("relay", "web"):
         for child in cast.by_role(role):
             cast.stop(child, timeout=30)
     figures.failpoint_kills, figures.unexpected_exits = cast.failpoint_kills, cast.unexpected_exits
+    figures.pop_failpoint_kills = cast.logged_failpoint_kills("worker", "worker.after_pop")
 
     invariants.load(submissions, journal.read(folder / "journal"))
     unclean_stops = [(name, code) for name, code in cast.stop_exits if code != 0]
@@ -514,7 +528,7 @@ def final_checks(
             [f"undispatched after the faults: {settled_outbox[0]}, at the end: {final_outbox[0]}"],
             final_outbox[1],
         ),
-        faults_applied_per_kind(figures, args.min_faults_per_kind),
+        faults_applied_per_kind(figures, args),
         invariants.Result(
             "processes_exit_only_when_killed",
             "no relay, worker, reconciler or web process exited by itself (failpoint kills aside)",
@@ -532,19 +546,27 @@ def final_checks(
     ]
 
 
-def faults_applied_per_kind(figures: report.Figures, minimum: int) -> invariants.Result:
-    """A run whose faults could not be applied proves little: each planned kind needs ``minimum``."""
+def faults_applied_per_kind(figures: report.Figures, args: argparse.Namespace) -> invariants.Result:
+    """A run whose faults could not be applied proves little: each planned kind needs
+    ``--min-faults-per-kind``, and each armed failpoint must have killed once."""
+    minimum = args.min_faults_per_kind
     short = [
         (str(kind), figures.faults_applied[kind], min(minimum, planned))
         for kind, planned in sorted(figures.faults_planned.items())
         if figures.faults_applied[kind] < min(minimum, planned)
     ]
+    failpoints = {
+        "relay.after_push": (args.failpoint, figures.failpoint_kills),
+        "worker.after_pop": (args.pop_failpoint, figures.pop_failpoint_kills),
+    }
+    short += [(point, kills, 1) for point, (armed, kills) in failpoints.items() if armed > 0 and kills < 1]
     return invariants.Result(
         "faults_applied_per_kind",
-        f"at least {minimum} fault(s) of every planned kind were applied (kind, applied, required)",
+        f"at least {minimum} fault(s) of every planned kind were applied, and every armed"
+        " failpoint killed at least once (kind, applied, required)",
         len(short),
         short,
-        len(figures.faults_planned),
+        len(figures.faults_planned) + sum(armed > 0 for armed, _ in failpoints.values()),
     )
 
 

@@ -14,7 +14,10 @@ import random
 import signal
 from functools import cache
 
+import structlog
 from django.conf import settings
+
+log = structlog.get_logger("queue_app.failpoints")
 
 
 @cache
@@ -30,4 +33,6 @@ def _armed() -> dict[str, float]:
 def hit(name: str) -> None:
     probability = _armed().get(name)
     if probability is not None and random.random() < probability:
+        # Written before the kill, so a chaos run can count the kills from the logs.
+        log.warning("failpoint_kill", point=name, pid=os.getpid())
         os.kill(os.getpid(), signal.SIGKILL)

@@ -271,7 +271,10 @@ class Supervisor:
         the others, and all of them when there is no error (the supervisor chose to stop
         it), are handed back uncounted."""
         log.warning("worker_process_killed", worker=child.worker_id, reason=reason, job=child.current)
-        os.kill(child.process.pid, signal.SIGKILL)
+        # It may have exited and been reaped since the caller saw it alive (e.g. the
+        # supervisor was paused past its stop deadline while the child shut down).
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.process.pid, signal.SIGKILL)
         child.process.join()
         self._settle_child_jobs(child, reason=reason, current_error=current_error, charged=charged)
 

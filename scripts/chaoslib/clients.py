@@ -14,7 +14,8 @@ client may safely do after an error decides how it retries:
 The API client also cancels a few of its jobs while they run, and retries
 some of those it cancelled; it records each action and whether its outcome
 is certain. From the spec and those actions, ``Submission.allowed_statuses``
-says how the job may end: a job fails only if its payload fails every attempt,
+says how the job may end: a job fails only if its payload fails every attempt
+(a poison job, whose handler ends its process or raises SystemExit, always does),
 ends cancelled only if a client cancelled it (and did not retry it after),
 and otherwise completes.
 """
@@ -37,6 +38,10 @@ FAR_FUTURE_SECONDS = 24 * 3600.0
 # Attempts of a job meant to complete: its planned failures plus room for the attempts faults
 # cost (each lease expiry or restart recovery counts one), so it never runs out by chance.
 SPARE_ATTEMPTS = (8, 12)
+# Poison jobs: handlers that end their attempt other than by an Exception, on every attempt.
+# Each must fail with all its attempts charged, never loop (``probe.chaos_poison``).
+POISON_WAYS = ("system_exit", "os_exit", "oom_kill")
+POISON_SHARE = 0.02
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,11 @@ class Spec:
         return bool(self.payload.get("far"))
 
     @property
+    def poison(self) -> str | None:
+        """How this job's handler ends every attempt (``POISON_WAYS``), or None."""
+        return self.payload.get("poison")
+
+    @property
     def natural_status(self) -> str:
         """How the job ends when nobody cancels it: failed only if it fails on every attempt.
 
@@ -67,6 +77,8 @@ class Spec:
         """
         if self.far_future or self.payload.get("tail"):
             return "cancelled"
+        if self.poison:
+            return "failed"
         return "failed" if int(self.payload.get("fail_first", 0)) >= self.max_attempts else "completed"
 
     def body(self, *, with_key: bool = True) -> dict[str, Any]:
@@ -133,6 +145,10 @@ def plan_submissions(seed: int, count: int, *, window: float) -> list[Spec]:
             [rng.uniform(0, 0.05), rng.uniform(0.05, 0.3), rng.uniform(0.5, 1.5)], [60, 30, 10]
         )[0]
         payload: dict[str, Any] = {"ref": f"r{index:06d}", "sleep": round(sleep, 3)}
+        if sleep >= 0.5 and rng.random() < 0.5:
+            # Sleeps on when the worker says its lease is gone: a paused worker's stale
+            # attempt then reaches its completion, which the fence must reject.
+            payload["stubborn"] = True
         failing = rng.random()
         if failing < 0.03:
             payload["fail_first"] = 100  # fails every attempt: ends failed
@@ -145,18 +161,23 @@ def plan_submissions(seed: int, count: int, *, window: float) -> list[Spec]:
             delay = FAR_FUTURE_SECONDS
         elif timing < 0.10:
             delay = round(rng.uniform(1, 10), 2)
+        kind = rng.choice(["probe.chaos", "probe.chaos", "probe.chaos_plain"])
+        if rng.random() < POISON_SHARE:
+            kind = "probe.chaos_poison"
+            payload = {"ref": payload["ref"], "poison": rng.choice(POISON_WAYS)}
+            delay = None
         specs.append(
             Spec(
                 ref=payload["ref"],
                 channel=channel,
                 at=at,
-                type=rng.choice(["probe.chaos", "probe.chaos", "probe.chaos_plain"]),
+                type=kind,
                 payload=payload,
                 priority=rng.choice(["high", "medium", "low"]),
                 queue="bulk" if rng.random() < 0.25 else "default",
                 delay=delay,
                 max_attempts=rng.randint(2, 4)
-                if payload.get("fail_first") == 100
+                if payload.get("fail_first") == 100 or "poison" in payload
                 else payload.get("fail_first", 0) + rng.randint(*SPARE_ATTEMPTS),
                 key=None if channel == "service" else f"chaos-{seed}-{index}",
             )
@@ -327,9 +348,13 @@ class ApiClient(threading.Thread):
         while True:
             try:
                 status, data = self.request(method, path, body, headers)
-                if status < 500:
+                if 200 <= status < 300 and data is None:
+                    # A success whose body did not arrive whole: as good as no answer.
+                    self.http_errors[f"{status} without a JSON body"] += 1
+                elif status < 500:
                     return status, data, certain
-                self.http_errors[str(status)] += 1
+                else:
+                    self.http_errors[str(status)] += 1
             except (OSError, http.client.HTTPException) as exc:
                 self.http_errors[type(exc).__name__] += 1
             certain = False

@@ -20,7 +20,8 @@ from pathlib import Path
 import redis
 
 from chaoslib.processes import Cast, Child
-from chaoslib.schedule import Fault
+from chaoslib.schedule import STOP_EXIT_SECONDS as STOP_EXIT_SECONDS_IN_PLAN
+from chaoslib.schedule import Fault, Kind
 
 # How long a worker fault waits for some worker to hold a job before hitting an idle one.
 BUSY_WAIT_SECONDS = 2.0
@@ -28,6 +29,12 @@ BUSY_WAIT_SECONDS = 2.0
 # often, this long apart, before it counts as skipped; the run requires a minimum per kind.
 RETRIES_WHEN_SKIPPED = 3
 RETRY_GAP_SECONDS = 1.0
+# Faults that need a worker running a job try longer: they often come during a store outage,
+# when no job runs, and they are the ones that put a stale attempt beside a new one.
+RETRIES_WHEN_NO_JOB_RUNS = 12
+# A stopped worker that has not exited this long after its SIGTERM (and SIGCONT) is SIGKILLed,
+# which the run reports as an unclean stop.
+STOP_TIMEOUT_SECONDS = 30.0
 
 
 def _identity(child: Child) -> str:
@@ -46,7 +53,8 @@ class Injector:
         redis_client: Callable[[], redis.Redis],
         pick_ids: Callable[[], dict[str, list[str]]],
         busy_workers: Callable[[], set[str]],
-        long_jobs: Callable[[], dict[str, tuple[str, int]]],
+        # (minimum sleep, stubborn only) -> {--name: (job id, fence)} of the jobs the workers run
+        long_jobs: Callable[..., dict[str, tuple[str, int]]],
         reclaimed: Callable[[str, int], bool],
         seed: int,
         log_path: Path,
@@ -100,9 +108,12 @@ class Injector:
 
     # --- faults ------------------------------------------------------------------------
 
-    def apply(self, fault: Fault, tries_left: int = RETRIES_WHEN_SKIPPED) -> str:
+    def apply(self, fault: Fault, tries_left: int | None = None) -> str:
         """Apply one fault; each kind's method returns what it did, or None if it found no target
         (then it is tried again a little later, and counted as skipped after the last try)."""
+        if tries_left is None:
+            needs_job = fault.kind in (Kind.PAUSE_UNTIL_RECLAIMED, Kind.STOP_WORKER_MID_JOB)
+            tries_left = RETRIES_WHEN_NO_JOB_RUNS if needs_job else RETRIES_WHEN_SKIPPED
         done = getattr(self, f"_{fault.kind}")(fault)
         if done is None:
             if tries_left > 0:
@@ -120,7 +131,7 @@ class Injector:
         planned = workers[fault.target]
         deadline = time.monotonic() + BUSY_WAIT_SECONDS
         while True:
-            running = [child for child in workers if child.alive and not child.paused]
+            running = [child for child in workers if child.alive and not child.paused and not child.down]
             identities = self.busy_workers()
             busy = [child for child in running if _identity(child) in identities]
             if planned in busy:
@@ -171,34 +182,100 @@ class Injector:
         self._later(fault.hold, f"resumed {child.name}", lambda: self.cast.resume(child))
         return f"paused {child.name}"
 
-    def _pause_until_reclaimed(self, fault: Fault) -> str | None:
-        """Pause a worker running a long job; resume it as soon as another worker has claimed
-        that job (or the hold ran out), so the stale attempt wakes while the next one runs."""
+    def _long_job_target(
+        self, *, stubborn_first: bool = False, or_any_job: bool = False
+    ) -> tuple[Child, str, int] | None:
+        """A running worker busy with a long job: (its child, the job id, the claim's fence).
+        ``stubborn_first``: only a stubborn long job until the wait ends, then any long job;
+        ``or_any_job``: when no long job runs by then, a worker running any job."""
         deadline = time.monotonic() + BUSY_WAIT_SECONDS
         while True:
-            running = {_identity(c): c for c in self.cast.by_role("worker") if c.alive and not c.paused}
-            targets = [(name, job) for name, job in sorted(self.long_jobs().items()) if name in running]
-            if targets:
-                break
+            running = {
+                _identity(c): c
+                for c in self.cast.by_role("worker")
+                if c.alive and not c.paused and not c.down
+            }
+            searches = [(0.5, stubborn_first)]
+            if time.monotonic() > deadline:
+                searches = [(0.5, False)] + ([(0.0, False)] if or_any_job else [])
+            for min_sleep, stubborn in searches:
+                jobs = {
+                    name: job for name, job in self.long_jobs(min_sleep, stubborn).items() if name in running
+                }
+                if jobs:
+                    identity = self.rng.choice(sorted(jobs))
+                    return running[identity], *jobs[identity]
             if time.monotonic() > deadline:
                 return None
             self.cast.watch()
             time.sleep(0.05)
-        identity, (job_id, attempt) = self.rng.choice(targets)
-        child = running[identity]
-        self.cast.pause(child)
-        give_up = time.monotonic() + fault.hold
+
+    def _resume_when_reclaimed(self, child: Child, job_id: str, fence: int, hold: float, then=None) -> None:
+        """Poll until another claim of the job holds it (or ``hold`` ran out), then SIGCONT the
+        child and run ``then``."""
+        give_up = time.monotonic() + hold
 
         def poll() -> str | None:
-            if self.reclaimed(job_id, attempt) or time.monotonic() > give_up:
+            taken = self.reclaimed(job_id, fence)
+            if taken or time.monotonic() > give_up:
                 self.cast.resume(child)
-                how = "reclaimed" if self.reclaimed(job_id, attempt) else "not reclaimed in time"
-                return f"resumed {child.name} ({job_id} attempt {attempt} {how})"
+                if then is not None:
+                    then()
+                how = "reclaimed" if taken else "not reclaimed in time"
+                return f"resumed {child.name} ({job_id} fence {fence} {how})"
             self.schedule(time.monotonic() + 0.05, poll)
             return None
 
         self.schedule(time.monotonic() + 0.05, poll)
-        return f"paused {child.name} running {job_id} attempt {attempt}"
+
+    def _pause_until_reclaimed(self, fault: Fault) -> str | None:
+        """Pause a worker running a long job; resume it as soon as another worker has claimed
+        that job (or the hold ran out), so the stale attempt wakes while the next one runs."""
+        others = [c for c in self.cast.by_role("worker") if c.alive and not c.paused and not c.down]
+        if len(others) < 2:
+            return None  # no other worker would be left to claim the job again
+        target = self._long_job_target(stubborn_first=True)
+        if target is None:
+            return None
+        child, job_id, fence = target
+        self.cast.pause(child)
+        self._resume_when_reclaimed(child, job_id, fence, fault.hold)
+        return f"paused {child.name} running {job_id} fence {fence}"
+
+    def _stop_worker_mid_job(self, fault: Fault) -> str | None:
+        """SIGTERM a worker running a long job: it hands back what it has not started and must
+        exit 0; then it starts again under its name. With ``then_pause`` it is SIGSTOPped
+        right after the SIGTERM until another worker claims its running job."""
+        target = self._long_job_target(or_any_job=True)
+        if target is None:
+            return None
+        child, job_id, fence = target
+        self.cast.terminate(child)
+        if fault.then_pause:
+            time.sleep(0.2)  # let the worker take the SIGTERM (and start its shutdown) first
+            self.cast.pause(child)
+            hold = fault.hold - STOP_EXIT_SECONDS_IN_PLAN
+            self._resume_when_reclaimed(
+                child, job_id, fence, hold, then=lambda: self._restart_after_exit(child)
+            )
+        else:
+            self._restart_after_exit(child)
+        paused = ", then paused" if fault.then_pause else ""
+        return f"stopped {child.name} (SIGTERM{paused}) running {job_id} fence {fence}"
+
+    def _restart_after_exit(self, child: Child) -> None:
+        """Once the stopped child has exited, record its exit code and start it again."""
+        give_up = time.monotonic() + STOP_TIMEOUT_SECONDS
+
+        def poll() -> str | None:
+            if child.process.poll() is None and time.monotonic() < give_up:
+                self.schedule(time.monotonic() + 0.1, poll)
+                return None
+            code = self.cast.reap(child)
+            self.cast.start(child)
+            return f"{child.name} exited with {code} after its stop; started again"
+
+        self.schedule(time.monotonic() + 0.1, poll)
 
     def _kill_relay(self, fault: Fault) -> str | None:
         return self._kill_and_restart(self.cast.by_role("relay")[fault.target], fault.hold)

@@ -45,8 +45,8 @@ CREATE TABLE chaos_submission (
     allowed_statuses text[] NOT NULL, client_cancelled bool NOT NULL
 );
 CREATE TABLE chaos_execution (
-    execution text PRIMARY KEY, job_id uuid NOT NULL, attempt int NOT NULL, pid int NOT NULL,
-    started_at timestamptz NOT NULL, ended_at timestamptz, outcome text
+    execution text PRIMARY KEY, job_id uuid NOT NULL, attempt int NOT NULL, fence bigint,
+    pid int NOT NULL, started_at timestamptz NOT NULL, ended_at timestamptz, outcome text
 );
 CREATE INDEX ON chaos_execution (job_id);
 """
@@ -55,9 +55,9 @@ CREATE INDEX ON chaos_execution (job_id);
 ENDING_EVENTS = sorted(event for event, (sources, _) in TRANSITIONS.items() if Status.PROCESSING in sources)
 
 # Each execution with the claim it ran under and the log row that ended that claim's attempt.
-# Its claim is the latest 'claimed' row of its job and attempt written before it started (an
-# attempt number repeats only after a hand-back, and then the claims follow one another); the
-# end is the first row after that claim that leaves 'processing'.
+# Its claim is the 'claimed' row of its job carrying its fence (unique per job; journals without
+# a fence fall back to the latest claim of its attempt) written before it started; the end is
+# the first row after that claim that leaves 'processing'.
 _EXECUTION_CLAIMS = """
 CREATE TABLE chaos_execution_claim AS
 SELECT e.execution, e.job_id, e.attempt, e.started_at, c.id AS claim_id, c.created_at AS claimed_at,
@@ -67,6 +67,7 @@ SELECT e.execution, e.job_id, e.attempt, e.started_at, c.id AS claim_id, c.creat
         SELECT l.id, l.created_at FROM job_logs l
          WHERE l.job_id = e.job_id AND l.event = 'claimed'
            AND (l.extra->>'attempt')::int = e.attempt AND l.created_at <= e.started_at
+           AND (e.fence IS NULL OR (l.extra->>'fence')::bigint = e.fence)
          ORDER BY l.id DESC LIMIT 1) AS c ON true
   LEFT JOIN LATERAL (
         SELECT l.event, l.created_at FROM job_logs l
@@ -96,9 +97,18 @@ def load(submissions: Iterable[Submission], executions: Iterable[dict]) -> None:
             ],
         )
         cursor.executemany(
-            "INSERT INTO chaos_execution VALUES (%s, %s, %s, %s, to_timestamp(%s), to_timestamp(%s), %s)",
+            "INSERT INTO chaos_execution VALUES (%s, %s, %s, %s, %s, to_timestamp(%s), to_timestamp(%s), %s)",
             [
-                (e["execution"], e["job"], e["attempt"], e["pid"], e["at"], e["ended_at"], e["outcome"])
+                (
+                    e["execution"],
+                    e["job"],
+                    e["attempt"],
+                    e.get("fence"),
+                    e["pid"],
+                    e["at"],
+                    e["ended_at"],
+                    e["outcome"],
+                )
                 for e in executions
             ],
         )
@@ -179,7 +189,7 @@ SQL_CHECKS: dict[str, Check] = {
     ),
     "completed_by_its_last_attempt": Check(
         "a completed job has one 'completed' log row, and it, the result and the completing"
-        " execution all carry the job's last attempt",
+        " execution all carry the job's last attempt (the execution also its last fence)",
         "SELECT count(*) FROM jobs WHERE status = 'completed'",
         """SELECT j.id, j.attempts, j.result FROM jobs j
             WHERE j.status = 'completed' AND (
@@ -189,10 +199,35 @@ SQL_CHECKS: dict[str, Check] = {
                                  AND (l.extra->>'attempt')::int = j.attempts)
                OR NOT EXISTS (SELECT 1 FROM chaos_execution e WHERE e.execution = j.result->>'execution'
                                  AND e.job_id = j.id AND e.attempt = j.attempts
+                                 AND coalesce(e.fence, j.fence) = j.fence
                                  AND e.outcome = 'returned'))""",
     ),
+    "fence_goes_up_one_per_claim": Check(
+        "jobs.fence only goes up, by one per claim: a job's 'claimed' rows carry fences 1, 2, ...,"
+        " n in log order (so each is unique), jobs.fence is n, and attempts never exceed it",
+        "SELECT count(*) FROM jobs",
+        """SELECT j.id, j.fence, j.attempts, c.fences FROM jobs j
+             CROSS JOIN LATERAL (
+                   SELECT coalesce(array_agg((l.extra->>'fence')::bigint ORDER BY l.id), '{}') AS fences
+                     FROM job_logs l WHERE l.job_id = j.id AND l.event = 'claimed') AS c
+            WHERE c.fences <> ARRAY(SELECT generate_series(1, j.fence))::bigint[]
+               OR j.attempts > j.fence""",
+    ),
+    "poison_jobs_fail_with_attempts_charged": Check(
+        "a poison job (its handler raises SystemExit, calls os._exit or SIGKILLs its process on"
+        " every attempt) ends failed with max_attempts charged (or cancelled by a client), and"
+        " runs no more often than that",
+        "SELECT count(*) FROM jobs WHERE type = 'probe.chaos_poison'",
+        """SELECT j.id, j.payload->>'poison', j.status, j.attempts, j.max_attempts,
+                  (SELECT count(*) FROM chaos_execution e WHERE e.job_id = j.id) AS runs
+             FROM jobs j
+            WHERE j.type = 'probe.chaos_poison' AND (
+                  (j.status = 'failed' AND j.attempts <> j.max_attempts)
+               OR j.status NOT IN ('failed', 'cancelled')
+               OR (SELECT count(*) FROM chaos_execution e WHERE e.job_id = j.id) > j.max_attempts)""",
+    ),
     "every_execution_has_its_claim": Check(
-        "every journaled execution started after a 'claimed' row of its job and attempt",
+        "every journaled execution started after the 'claimed' row of its job, attempt and fence",
         "SELECT count(*) FROM chaos_execution_claim",
         """SELECT job_id, execution, attempt, started_at FROM chaos_execution_claim
             WHERE claim_id IS NULL""",
@@ -304,14 +339,51 @@ def _walk(events: list[str], final_status: str) -> str | None:
     return None
 
 
+def _inflight_problems(client, queue: str, now: float) -> tuple[dict[str, float], list[tuple]]:
+    """The in-flight ids of ``queue`` (id -> deadline) and what is wrong with them.
+
+    After a clean stop nothing is in flight, except ids a killed worker popped in the
+    last seconds: each must have a deadline no later than ``INFLIGHT_SECONDS`` from now,
+    so the next worker's sweep gives it back (and the claim drops it if its job is done).
+    The hash of their places (score and member) holds only in-flight ids.
+    """
+    key = broker.inflight_key(queue)
+    inflight = dict(client.zrange(key, 0, -1, withscores=True))
+    problems = [
+        (job_id, f"in {key} with a deadline {deadline - now:.1f} s away, which never comes soon")
+        for job_id, deadline in inflight.items()
+        if deadline > now + broker.INFLIGHT_SECONDS + 1.0
+    ]
+    scores_key = broker.inflight_places_key(queue)
+    problems += [
+        (job_id, f"in {scores_key} but not in flight")
+        for job_id in client.hkeys(scores_key)
+        if job_id not in inflight
+    ]
+    return inflight, problems
+
+
+def _wake_problems(client, queue: str) -> list[tuple]:
+    """The wake key is a list of at most one token (idle workers block on it)."""
+    key = broker.wake_key(queue)
+    kind = client.type(key)
+    length = client.llen(key) if kind == "list" else 0
+    if kind not in ("none", "list") or length > 1:
+        return [(key, f"a wake key must be a list of at most one token: {kind} of {length}")]
+    return []
+
+
 def check_redis_agrees(queues: dict[str, bool]) -> Result:
     """After a reconcile (workers stopped): every queued job is where it belongs, once, with its
     exact score, and nothing else is in Redis.
 
     Ready ids in a priority set must carry ``ready_score(priority_value)`` and the member
     ``ready_member(id, enqueued_at)``; waiting ids the
-    due time. An id may sit in one structure of one queue, once. Any other ``queue:*`` key that
-    does not expire (the reconciler's staging keys do) is reported too.
+    due time. An id may sit in one structure of one queue, once. An id in flight (popped by a
+    worker killed before its claim) counts as present, and is no duplicate of a ready copy (the
+    relay's at-least-once re-send): it goes back to ready at its deadline, which must come soon.
+    The wake keys are lists of at most one token. Any other ``queue:*`` key that does not expire
+    (the reconciler's staging keys do) is reported too.
     """
     from django.utils import timezone
 
@@ -323,12 +395,15 @@ def check_redis_agrees(queues: dict[str, bool]) -> Result:
         )
         queued = {row[0]: row[1:] for row in cursor.fetchall()}
     now = timezone.now()
+    redis_now = _redis_time(client)
     problems = []
     # key -> id -> score (None in a list); every occurrence of an id, duplicates included.
     members: dict[str, dict[str, float | None]] = {}
     places: dict[str, list[str]] = {}
     # priority set key -> id -> its member there.
     ready_members: dict[str, dict[str, str]] = {}
+    inflight: dict[str, dict[str, float]] = {}
+    known_keys = set()
     for queue, fifo in queues.items():
         retry = broker.retry_key(queue)
         members[retry] = dict(client.zrange(retry, 0, -1, withscores=True))
@@ -347,6 +422,9 @@ def check_redis_agrees(queues: dict[str, bool]) -> Result:
         other = broker.ready_key(queue, not fifo)
         if client.exists(other):
             problems.append((other, "a ready structure this queue does not use holds ids"))
+        inflight[queue], found = _inflight_problems(client, queue, redis_now)
+        problems += found + _wake_problems(client, queue)
+        known_keys |= {broker.inflight_key(queue), broker.inflight_places_key(queue), broker.wake_key(queue)}
     for key, ids in members.items():
         for job_id in ids:
             places.setdefault(job_id, []).append(key)
@@ -368,32 +446,53 @@ def check_redis_agrees(queues: dict[str, bool]) -> Result:
             member = ready_members.get(ready_key, {}).get(job_id)
             if member is not None and member != broker.ready_member(job_id, enqueued_at):
                 problems.append((job_id, f"member {member} in {ready_key}, not at its enqueue time"))
-        elif job_id not in retry:
-            problems.append((job_id, "due but in no ready structure"))
+        elif job_id not in retry and job_id not in inflight[queue]:
+            problems.append((job_id, "due but in no ready structure and not in flight"))
     for key, ids in members.items():
         for job_id in ids:
             if job_id not in queued:
                 problems.append((job_id, f"in {key} but not a queued job"))
     for key in client.scan_iter(match="queue:*"):
-        if key not in members and client.ttl(key) == -1:
+        if key not in members and key not in known_keys and client.ttl(key) == -1:
             problems.append((key, "an unknown queue key that never expires"))
     return Result(
         "redis_agrees_after_one_reconcile",
-        "after one reconcile every queued job is in Redis where it belongs, once, with its exact"
-        " score, and no other id or lasting key is",
+        "after one reconcile every queued job is in Redis where it belongs (or in flight), once,"
+        " with its exact score; in-flight ids are due back soon, wake keys hold one token at most,"
+        " and no other id or lasting key is",
         len(problems),
         problems[:5],
-        len(queued) + sum(len(ids) for ids in members.values()),
+        len(queued) + sum(len(ids) for ids in members.values()) + sum(len(ids) for ids in inflight.values()),
     )
 
 
-def check_redis_empty() -> Result:
-    """Once every job is terminal and the relays drained the outbox, Redis holds no queue key."""
+def _redis_time(client) -> float:
+    """Redis's clock, which set the in-flight deadlines."""
+    seconds, microseconds = client.time()
+    return seconds + microseconds / 1_000_000
+
+
+def check_redis_empty(queues: dict[str, bool]) -> Result:
+    """Once every job is terminal and the relays drained the outbox, Redis holds no queue key,
+    except a wake token per queue and in-flight ids due back soon (popped by a worker killed in
+    the last seconds; the next worker's sweep returns them and its claim drops them)."""
     client = broker.get_client()
-    leftover = [(key, client.type(key)) for key in client.scan_iter(match="queue:*") if client.ttl(key) == -1]
+    allowed = set()
+    problems = []
+    now = _redis_time(client)
+    for queue in queues:
+        _, found = _inflight_problems(client, queue, now)
+        problems += found + _wake_problems(client, queue)
+        allowed |= {broker.inflight_key(queue), broker.inflight_places_key(queue), broker.wake_key(queue)}
+    problems += [
+        (key, client.type(key))
+        for key in client.scan_iter(match="queue:*")
+        if key not in allowed and client.ttl(key) == -1
+    ]
     return Result(
         "redis_empty_when_all_jobs_ended",
-        "after the last jobs were cancelled and their removals relayed, no queue key is left",
-        len(leftover),
-        leftover[:5],
+        "after the last jobs were cancelled and their removals relayed, no queue key is left"
+        " but wake tokens and in-flight ids due back soon",
+        len(problems),
+        problems[:5],
     )

@@ -119,7 +119,10 @@ class Cast:
         pids = child_pids(child.process.pid) if child.alive else []
         if not pids:
             return None
-        os.kill(pids[0], signal.SIGKILL)
+        try:
+            os.kill(pids[0], signal.SIGKILL)
+        except ProcessLookupError:
+            return None  # it exited meanwhile (its supervisor restarts it): try again later
         return pids[0]
 
     def pause(self, child: Child) -> None:
@@ -129,6 +132,22 @@ class Cast:
     def resume(self, child: Child) -> None:
         self._signal_group(child, signal.SIGCONT)
         child.paused = False
+
+    def terminate(self, child: Child) -> None:
+        """Ask for a clean shutdown (SIGTERM) without waiting; ``reap`` collects the exit."""
+        child.down = True
+        self._signal_group(child, signal.SIGTERM)
+
+    def reap(self, child: Child) -> int:
+        """After ``terminate``: the exit code (SIGKILL first if it is still running), kept in
+        ``stop_exits`` like a stop's."""
+        if child.process.poll() is None:
+            if child.paused:
+                self.resume(child)
+            self._signal_group(child, signal.SIGKILL)
+        code = child.process.wait()
+        self.stop_exits.append((child.name, code))
+        return code
 
     def stop(self, child: Child, timeout: float = 60) -> int | None:
         """A clean shutdown: SIGTERM (SIGINT for runserver, which exits 0 only on that);
@@ -160,6 +179,19 @@ class Cast:
                 self.unexpected_exits.append((child.name, code))
             self.restarts[child.name] += 1
             self.start(child)
+
+    def logged_failpoint_kills(self, role: str, point: str) -> int:
+        """Kills by ``point`` that the children of ``role`` (and their forked workers) logged
+        just before the SIGKILL (``failpoint_kill`` in the JSON logs)."""
+        kills = 0
+        for child in self.by_role(role):
+            path = self.folder / "logs" / f"{child.name}.log"
+            if not path.exists():
+                continue
+            for line in path.read_text(errors="replace").splitlines():
+                if '"failpoint_kill"' in line and f'"point": "{point}"' in line:
+                    kills += 1
+        return kills
 
     def stop_all(self) -> None:
         for child in reversed(self.children):

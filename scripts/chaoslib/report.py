@@ -22,6 +22,7 @@ class Figures:
     faults_applied: Counter = field(default_factory=Counter)
     faults_skipped: Counter = field(default_factory=Counter)
     failpoint_kills: int = 0
+    pop_failpoint_kills: int = 0
     unexpected_exits: list = field(default_factory=list)
     submissions: list[Submission] = field(default_factory=list)
     api_actions: Counter = field(default_factory=Counter)
@@ -41,6 +42,9 @@ _DATABASE_FIGURES = {
     "lease_expired": "SELECT count(*) FROM job_logs WHERE event LIKE 'lease_expired%'",
     "recovered_on_restart": "SELECT count(*) FROM job_logs WHERE message LIKE 'worker restarted%'",
     "handed_back": "SELECT count(*) FROM job_logs WHERE event = 'handed_back'",
+    "poison": """SELECT coalesce(string_agg(way || '=' || n, ', ' ORDER BY way), 'none') FROM (
+                   SELECT payload->>'poison' || ':' || status AS way, count(*) AS n FROM jobs
+                    WHERE type = 'probe.chaos_poison' GROUP BY 1) AS ways""",
     "overlapping_pairs": f"SELECT count(*) FROM {OVERLAPPING_EXECUTIONS}",
     "cancel_races": """SELECT count(*) FROM chaos_execution_claim
                         WHERE end_event = 'cancelled' AND started_at >= ended_at""",
@@ -95,6 +99,7 @@ def render(figures: Figures, results: list[Result]) -> str:
             for kind, planned in sorted(figures.faults_planned.items())
         ),
         f"  relay kills by the after-push failpoint: {figures.failpoint_kills}",
+        f"  worker process kills by the after-pop failpoint: {figures.pop_failpoint_kills}",
         f"  unexpected process exits: {len(figures.unexpected_exits)} {figures.unexpected_exits[:5] or ''}",
         f"submitted: {len(figures.submissions)} ({_counter(channels)})",
         f"  acknowledged {len(acked)}, outcome unknown {outcomes['unknown']},"
@@ -114,6 +119,7 @@ def render(figures: Figures, results: list[Result]) -> str:
         f" and was fenced); started after a cancel (the cancel-after-claim race): {db.get('cancel_races')}",
         f"lease expiries rescued {db.get('lease_expired')}, settled by a restarted worker"
         f" {db.get('recovered_on_restart')}, handed back {db.get('handed_back')}",
+        f"poison jobs (way:status): {db.get('poison')}",
         f"final reconcile: {figures.reconcile_summary}",
         f"time from the last fault to all jobs terminal: {settle}; whole run {figures.total_seconds:.0f} s",
         "",

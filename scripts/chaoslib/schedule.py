@@ -20,6 +20,11 @@ class Kind(StrEnum):
     # SIGSTOP a runworker running a long job until another worker claims that job, then SIGCONT:
     # the paused attempt wakes up while the next one runs, and its completion must be fenced.
     PAUSE_UNTIL_RECLAIMED = "pause_until_reclaimed"
+    # SIGTERM a runworker running a long job: it hands back what it has not started (another
+    # worker claims it, the fence goes up) and must exit 0. With ``then_pause`` it is also
+    # SIGSTOPped until another worker has claimed its running job: when it resumes, its
+    # shutdown's hand-back or completion of that job is stale and must be fenced.
+    STOP_WORKER_MID_JOB = "stop_worker_mid_job"
     KILL_RELAY = "kill_relay"
     KILL_RECONCILER = "kill_reconciler"
     FLUSH_REDIS = "flush_redis"  # FLUSHDB: every queued id is gone
@@ -30,7 +35,13 @@ class Kind(StrEnum):
 
 RESTART_KINDS = frozenset({Kind.RESTART_REDIS, Kind.RESTART_POSTGRES})
 WORKER_KINDS = frozenset(
-    {Kind.KILL_WORKER, Kind.KILL_WORKER_PROCESS, Kind.PAUSE_WORKER, Kind.PAUSE_UNTIL_RECLAIMED}
+    {
+        Kind.KILL_WORKER,
+        Kind.KILL_WORKER_PROCESS,
+        Kind.PAUSE_WORKER,
+        Kind.PAUSE_UNTIL_RECLAIMED,
+        Kind.STOP_WORKER_MID_JOB,
+    }
 )
 
 # Relative frequency after every kind has had its first turn.
@@ -39,6 +50,7 @@ WEIGHTS = {
     Kind.KILL_WORKER_PROCESS: 3,
     Kind.PAUSE_WORKER: 3,
     Kind.PAUSE_UNTIL_RECLAIMED: 3,
+    Kind.STOP_WORKER_MID_JOB: 3,
     Kind.KILL_RELAY: 3,
     Kind.KILL_RECONCILER: 1,
     Kind.FLUSH_REDIS: 2,
@@ -55,6 +67,7 @@ class Fault:
     target: int | None = None  # index of the worker or relay
     hold: float = 0.0  # seconds down (killed) or paused before the restart or SIGCONT
     same_name: bool = False  # a killed worker comes back under its old name: start-up recovery
+    then_pause: bool = False  # a stopped worker is also paused until its job is claimed again
 
     def describe(self) -> str:
         parts = [f"{self.at:7.2f}s {self.kind}"]
@@ -64,11 +77,15 @@ class Fault:
             parts.append(f"for {self.hold:.1f}s")
         if self.kind == Kind.KILL_WORKER:
             parts.append("back under the same name" if self.same_name else "back under a new name")
+        if self.kind == Kind.STOP_WORKER_MID_JOB and self.then_pause:
+            parts.append("then paused until its job is claimed again")
         return " ".join(parts)
 
 
 # How long past the lease a pause_until_reclaimed waits for the job's next claim.
 RECLAIM_WAIT_SECONDS = 8.0
+# How long a stopped worker usually takes to exit and come back (its shutdown grace is 5 s).
+STOP_EXIT_SECONDS = 8.0
 
 # The store a fault needs up (and, for a restart, takes down for its hold).
 NEEDS_STORE = {
@@ -112,13 +129,17 @@ def plan(
         store = NEEDS_STORE.get(kind)
         if store is not None:
             at = max(at, busy_until.get((store, 0), 0.0))
-        hold, same_name = 0.0, False
+        hold, same_name, then_pause = 0.0, False, False
         if kind == Kind.PAUSE_WORKER:
             hold = lease_seconds + rng.uniform(1.5, 3.0)
         elif kind == Kind.PAUSE_UNTIL_RECLAIMED:
             hold = lease_seconds + RECLAIM_WAIT_SECONDS  # the longest it waits; usually far less
         elif kind == Kind.KILL_WORKER:
             hold, same_name = rng.uniform(0.5, 3.0), rng.random() < 0.6
+        elif kind == Kind.STOP_WORKER_MID_JOB:
+            then_pause = rng.random() < 0.5
+            # The longest it can take: the pause, then the exit; usually far less.
+            hold = (lease_seconds + RECLAIM_WAIT_SECONDS if then_pause else 0.0) + STOP_EXIT_SECONDS
         elif kind in (Kind.KILL_RELAY, Kind.KILL_RECONCILER):
             hold = rng.uniform(0.2, 2.0)
         elif kind in RESTART_KINDS:
@@ -128,6 +149,13 @@ def plan(
         if store is not None:
             busy_until[(store, 0)] = max(busy_until.get((store, 0), 0.0), at + hold + 0.5)
         faults.append(
-            Fault(at=round(at, 2), kind=kind, target=target, hold=round(hold, 2), same_name=same_name)
+            Fault(
+                at=round(at, 2),
+                kind=kind,
+                target=target,
+                hold=round(hold, 2),
+                same_name=same_name,
+                then_pause=then_pause,
+            )
         )
     return sorted(faults, key=lambda fault: fault.at)

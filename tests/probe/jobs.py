@@ -9,6 +9,7 @@ from django.db import connection
 from django.tasks import task
 from django.utils import timezone
 
+from queue_app.exceptions import LeaseLost
 from queue_app.handlers import check_time_limit, current_job, job_handler
 from tests.probe import journal
 from tests.probe.models import Effect, Execution
@@ -76,7 +77,16 @@ def stubborn(payload):
 
 
 def _chaos_work(payload, attempt: int) -> None:
-    time.sleep(float(payload.get("sleep", 0)))
+    # A "stubborn" job sleeps on through the worker's lease-lost interrupt (as a handler with a
+    # broad except, or stuck in C code, would): a paused worker's stale attempt then reaches
+    # its completion, which only the fence stops.
+    until = time.monotonic() + float(payload.get("sleep", 0))
+    while (left := until - time.monotonic()) > 0:
+        try:
+            time.sleep(left)
+        except LeaseLost:
+            if not payload.get("stubborn"):
+                raise
     if attempt <= int(payload.get("fail_first", 0)):
         raise RuntimeError(f"failing attempt {attempt}")
 
@@ -86,7 +96,7 @@ def chaos(payload):
     """For the chaos run: journal the execution, sleep, maybe fail, and write an Effect
     naming the execution in the completion transaction (it rolls back if fenced)."""
     job = current_job()
-    with journal.execution(job.id, job.attempt) as execution:
+    with journal.execution(job.id, job.attempt, job.fence) as execution:
         _chaos_work(payload, job.attempt)
         Effect.objects.create(job_id=job.id, attempt=job.attempt, execution=execution)
         return {"execution": execution, "attempt": job.attempt}
@@ -96,9 +106,18 @@ def chaos(payload):
 def chaos_plain(payload):
     """Like ``probe.chaos`` without a database write: its completion is batched by the worker."""
     job = current_job()
-    with journal.execution(job.id, job.attempt) as execution:
+    with journal.execution(job.id, job.attempt, job.fence) as execution:
         _chaos_work(payload, job.attempt)
         return {"execution": execution, "attempt": job.attempt}
+
+
+@job_handler("probe.chaos_poison", max_attempts=3)
+def chaos_poison(payload):
+    """For the chaos run: journal the execution, then end as ``payload["poison"]`` says
+    (``system_exit``, ``os_exit`` or ``oom_kill``) on every attempt."""
+    job = current_job()
+    with journal.execution(job.id, job.attempt, job.fence):
+        _end_badly(payload["poison"])
 
 
 @job_handler("probe.cut_connection", max_attempts=2)

@@ -38,8 +38,8 @@ def _append(record: dict) -> None:
     os.write(fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
 
 
-def started(job_id: str, attempt: int) -> str:
-    """Journal the start of an execution; returns its id."""
+def started(job_id: str, attempt: int, fence: int | None = None) -> str:
+    """Journal the start of an execution (``fence``: its claim's token); returns its id."""
     execution = uuid.uuid4().hex
     if enabled():
         _append(
@@ -48,6 +48,7 @@ def started(job_id: str, attempt: int) -> str:
                 "execution": execution,
                 "job": job_id,
                 "attempt": attempt,
+                "fence": fence,
                 "pid": os.getpid(),
                 "at": time.time(),
             }
@@ -62,9 +63,9 @@ def ended(execution: str, outcome: str) -> None:
 
 
 @contextmanager
-def execution(job_id: str, attempt: int) -> Iterator[str]:
+def execution(job_id: str, attempt: int, fence: int | None = None) -> Iterator[str]:
     """Journal the start and the end of the block; yields the execution id."""
-    execution_id = started(job_id, attempt)
+    execution_id = started(job_id, attempt, fence)
     try:
         yield execution_id
     except BaseException as exc:

@@ -1,0 +1,25 @@
+"""The supervisor's kill of a worker process that already exited (found by the chaos run)."""
+
+import multiprocessing
+
+from queue_app.runtime.supervisor import Child, Supervisor
+
+
+def _exit_at_once() -> None:
+    pass
+
+
+def test_killing_a_worker_process_that_already_exited_and_was_reaped_does_not_crash_the_supervisor():
+    # The chaos run's mid-job stop: SIGTERM, then SIGSTOP past the stop deadline. On SIGCONT
+    # the supervisor killed a child from a list taken before the child exited and was
+    # reaped; os.kill raised ProcessLookupError and runworker exited 1 instead of 0.
+    supervisor = Supervisor(name="kill-reaped", queues=["default"], concurrency=1, burst=False)
+    process = multiprocessing.get_context("fork").Process(target=_exit_at_once)
+    process.start()
+    process.join()  # exited and reaped: its pid is gone
+    child = Child(index=0, worker_id="kill-reaped/0", process=process)
+
+    supervisor._kill(child, "shutdown grace period ended")
+
+    assert process.exitcode == 0
+    assert child.current is None and child.held == {}
