@@ -23,15 +23,39 @@ def events(job) -> list[str]:
 
 
 def observed_delays(job) -> list[float]:
-    """Seconds between each failed attempt and its scheduled retry.
+    """Seconds between each retry's log row and its scheduled time: at most the delay drawn.
 
-    The log row's ``created_at`` and the job's ``next_retry_at`` both come from the
-    failing transaction's ``now()``, so their difference is the delay drawn, exactly.
+    ``next_retry_at`` is the failing transaction's ``now()`` plus the delay; the log
+    row's ``created_at`` is its INSERT's ``statement_timestamp()`` (Django's ``Now()``),
+    a little later in the same transaction, by as much as a loaded machine stalls it.
     """
     rows = JobLog.objects.filter(job_id=job.id, event="retry_scheduled").order_by("id")
     return [
         (datetime.fromisoformat(row.extra["next_retry_at"]) - row.created_at).total_seconds() for row in rows
     ]
+
+
+@pytest.fixture
+def drawn_delays(monkeypatch) -> list[float]:
+    """The delays fail_job draws, in order (the exact values, for an in-process worker).
+
+    Every failed attempt draws one; the last one's goes unused (no attempt is left).
+    """
+    drawn: list[float] = []
+
+    def recording(attempt: int, *, base: float, cap: float) -> float:
+        drawn.append(retry_delay(attempt, base=base, cap=cap))
+        return drawn[-1]
+
+    monkeypatch.setattr("queue_app.engine.execution.retry_delay", recording)
+    return drawn
+
+
+def assert_scheduled_after(job, drawn: list[float]) -> None:
+    """Each retry was scheduled with the delay drawn for it."""
+    observed = observed_delays(job)
+    assert len(observed) == len(drawn)
+    assert all(seen <= delay + MICROSECOND for seen, delay in zip(observed, drawn, strict=True))
 
 
 def assert_within_jitter(delays: list[float], expected: list[float]) -> None:
@@ -51,14 +75,15 @@ def test_retry_delay_doubles_per_attempt_up_to_the_cap_with_jitter_between_half_
         assert min(draws) < 0.55 * delay and max(draws) > 0.95 * delay, attempt
 
 
-def test_failed_attempts_are_retried_after_the_handlers_doubling_capped_backoff():
+def test_failed_attempts_are_retried_after_the_handlers_doubling_capped_backoff(drawn_delays):
     job = enqueue_job("probe.backoff")  # base 0.25 s, cap 0.5 s, 5 attempts
     run_worker()
     job.refresh_from_db()
     assert job.status == "failed" and job.attempts == 5 and job.next_retry_at is None
     assert Execution.objects.filter(job_id=job.id).count() == 5
     # 0.25, 0.5, then 1.0 and 2.0 capped at 0.5.
-    assert_within_jitter(observed_delays(job), [0.25, 0.5, 0.5, 0.5])
+    assert_within_jitter(drawn_delays[:-1], [0.25, 0.5, 0.5, 0.5])
+    assert_scheduled_after(job, drawn_delays[:-1])
     # Each retry reached Redis through an outbox row due at that time, and no attempt
     # was claimed before it was due.
     retries = JobLog.objects.filter(job_id=job.id, event="retry_scheduled").order_by("id")
@@ -70,13 +95,14 @@ def test_failed_attempts_are_retried_after_the_handlers_doubling_capped_backoff(
         assert claim.created_at >= due
 
 
-def test_without_handler_options_the_backoff_comes_from_the_settings(queue_config):
+def test_without_handler_options_the_backoff_comes_from_the_settings(queue_config, drawn_delays):
     queue_config(RETRY_BACKOFF_BASE_SECONDS=0.2, RETRY_BACKOFF_MAX_SECONDS=0.3)
     job = enqueue_job("demo.fail", max_attempts=4)
     run_worker()
     job.refresh_from_db()
     assert job.status == "failed" and job.attempts == 4
-    assert_within_jitter(observed_delays(job), [0.2, 0.3, 0.3])
+    assert_within_jitter(drawn_delays[:-1], [0.2, 0.3, 0.3])
+    assert_scheduled_after(job, drawn_delays[:-1])
 
 
 @pytest.mark.parametrize("error", ["value", "subclass"])
