@@ -233,6 +233,7 @@ class JobSerializer(serializers.ModelSerializer):
     )
     next_retry_at = serializers.DateTimeField(
         read_only=True,
+        allow_null=True,
         help_text="Kept for older clients: run_at while the job waits for that time, else null.",
     )
     last_error = serializers.CharField(

@@ -24,7 +24,7 @@ from psycopg import sql
 
 from tests.helpers import PROJECT_ROOT
 
-pytestmark = pytest.mark.processes
+pytestmark = [pytest.mark.processes, pytest.mark.redis]
 
 SECTION = "## Add it to your project"
 
