@@ -145,30 +145,40 @@ def acknowledge(client: redis.Redis, popped: dict[str, list[str]]) -> None:
     pipe.execute()
 
 
-# Puts the given in-flight ids back where they were popped from (a FIFO id at
-# the head of its list, in its order; a priority id with its old score), without
-# a wake token: the queue is paused or full, so waking a worker would only spin.
-# An id no longer in flight (a sweep already returned it) is left alone.
-_PUT_BACK = """
+# Lua shared by the two scripts that return in-flight ids to line: takes ``id`` out
+# of the in-flight set (KEYS[2]) and its place hash (KEYS[3]) and, if this call was
+# the one to remove it, puts it back in KEYS[1]: a FIFO id (ARGV[1] == '1') at the
+# head of its list, a priority id with its old score and member. Returns 1 if moved.
+_RETURN_TO_LINE = """
+local function return_to_line(id)
+  if redis.call('ZREM', KEYS[2], id) == 0 then return 0 end
+  local place = redis.call('HGET', KEYS[3], id)
+  redis.call('HDEL', KEYS[3], id)
+  if ARGV[1] == '1' then
+    redis.call('LPUSH', KEYS[1], id)
+  elseif place then
+    local space = string.find(place, ' ', 1, true)
+    redis.call('ZADD', KEYS[1], string.sub(place, 1, space - 1), string.sub(place, space + 1))
+  else
+    redis.call('ZADD', KEYS[1], 0, id)
+  end
+  return 1
+end
+"""
+
+# Puts the given in-flight ids back where they were popped from (in their order),
+# without a wake token: the queue is paused or full, so waking a worker would only
+# spin. An id no longer in flight (a sweep already returned it) is left alone.
+_PUT_BACK = (
+    _RETURN_TO_LINE
+    + """
 local moved = 0
 for i = #ARGV, 2, -1 do
-  local id = ARGV[i]
-  if redis.call('ZREM', KEYS[2], id) == 1 then
-    moved = moved + 1
-    local place = redis.call('HGET', KEYS[3], id)
-    redis.call('HDEL', KEYS[3], id)
-    if ARGV[1] == '1' then
-      redis.call('LPUSH', KEYS[1], id)
-    elseif place then
-      local space = string.find(place, ' ', 1, true)
-      redis.call('ZADD', KEYS[1], string.sub(place, 1, space - 1), string.sub(place, space + 1))
-    else
-      redis.call('ZADD', KEYS[1], 0, id)
-    end
-  end
+  moved = moved + return_to_line(ARGV[i])
 end
 return moved
 """
+)
 
 
 def put_back(client: redis.Redis, queue: str, fifo: bool, ids: Sequence[str]) -> int:
@@ -195,29 +205,17 @@ def wait_for_work(client: redis.Redis, queues: Sequence[str], timeout: float) ->
     return any(client.blpop([key], timeout=share) is not None for key in keys)
 
 
-# Puts in-flight ids whose deadline passed back where they were popped from: a
-# FIFO id at the head of its list, a priority id with its old score and member. Only ids
-# this call removed from the in-flight set move, so two sweepers never both do.
-_RETURN_EXPIRED = """
+# Puts in-flight ids whose deadline passed back where they were popped from. Only
+# ids this call removed from the in-flight set move, so two sweepers never both do.
+_RETURN_EXPIRED = (
+    _RETURN_TO_LINE
+    + """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
 local moved = 0
 for i = #ids, 1, -1 do
-  local id = ids[i]
-  if redis.call('ZREM', KEYS[2], id) == 1 then
-    moved = moved + 1
-    local place = redis.call('HGET', KEYS[3], id)
-    redis.call('HDEL', KEYS[3], id)
-    if ARGV[1] == '1' then
-      redis.call('LPUSH', KEYS[1], id)
-    elseif place then
-      local space = string.find(place, ' ', 1, true)
-      redis.call('ZADD', KEYS[1], string.sub(place, 1, space - 1), string.sub(place, space + 1))
-    else
-      redis.call('ZADD', KEYS[1], 0, id)
-    end
-  end
+  moved = moved + return_to_line(ids[i])
 end
 if moved > 0 then
   redis.call('LPUSH', KEYS[4], 1)
@@ -225,6 +223,7 @@ if moved > 0 then
 end
 return moved
 """
+)
 
 
 def return_expired(client: redis.Redis, queue: str, fifo: bool, limit: int = 1000) -> int:
