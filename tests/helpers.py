@@ -129,3 +129,15 @@ def ready_score(client, job_id, queue: str = "default") -> float | None:
         if broker.member_job_id(member) == str(job_id):
             return score
     return None
+
+
+def listening_backends() -> set[int]:
+    """Server pids of this database's sessions whose last statement was the relay's LISTEN."""
+    from queue_app.engine import sql
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query = %s",
+            [sql.query("listen_outbox")],
+        )
+        return {row[0] for row in cursor.fetchall()}

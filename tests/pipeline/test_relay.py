@@ -9,23 +9,12 @@ from django.db import connection
 from django.db.models.functions import Now
 
 from queue_app import broker
-from queue_app.engine import sql
 from queue_app.models import OutboxMessage
 from queue_app.runtime.relay import Relay
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
-from tests.helpers import kill_group, manage, ready_ids, ready_score, wait_until
+from tests.helpers import kill_group, listening_backends, manage, ready_ids, ready_score, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
-
-
-def listening_backends() -> set[int]:
-    """Backends of this database whose last statement was the relay's LISTEN."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query = %s",
-            [sql.query("listen_outbox")],
-        )
-        return {row[0] for row in cursor.fetchall()}
 
 
 @pytest.mark.processes

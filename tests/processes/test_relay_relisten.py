@@ -11,22 +11,11 @@ import threading
 import pytest
 from django.db import connection
 
-from queue_app.engine import sql
 from queue_app.services import enqueue_job
-from tests.helpers import child_env, kill_group, manage, ready_score, wait_until
+from tests.helpers import child_env, kill_group, listening_backends, manage, ready_score, wait_until
 from tests.reconciler.proxy import postgres_proxy, postgres_via
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
-
-
-def listening_backends() -> set[int]:
-    """Server pids of this database's sessions whose last statement was the relay's LISTEN."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query = %s",
-            [sql.query("listen_outbox")],
-        )
-        return {row[0] for row in cursor.fetchall()}
 
 
 @pytest.fixture
