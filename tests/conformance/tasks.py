@@ -72,3 +72,18 @@ def record_run(label: str) -> None:
     from queue_app.broker import get_client
 
     get_client().rpush("conformance:ran", label)
+
+
+@task()
+def exiting_task() -> None:
+    raise SystemExit(3)
+
+
+@task()
+def interrupting_task() -> None:
+    raise KeyboardInterrupt
+
+
+@task()
+def calling_exit_task() -> None:
+    exit(1)

@@ -352,6 +352,32 @@ def test_catches_exception(relay, task, exception, tail):
     assert f"Task id={result.id} path={task.module_path} state=FAILED" in stderr
 
 
+@pytest.mark.parametrize(
+    ("task", "exception"),
+    [
+        (test_tasks.exiting_task, SystemExit),
+        (test_tasks.interrupting_task, KeyboardInterrupt),
+        (test_tasks.calling_exit_task, SystemExit),
+    ],
+)
+def test_a_task_that_exits_or_is_interrupted_is_failed_and_the_worker_goes_on(relay, task, exception):
+    """Django's immediate backend (backends/immediate.py) catches a task's BaseException and
+    records the task FAILED; so does this worker: one attempt, FAILED with the exception's
+    class, and the next task still runs in the same burst. Deliberate difference: the
+    immediate backend re-raises KeyboardInterrupt (a user's Ctrl-C in their own process);
+    raised by a task on a worker it is the task's failure, not a signal to the worker."""
+    result = task.enqueue()
+    after = test_tasks.calculate_meaning_of_life.enqueue()
+    run_worker()
+    result.refresh()
+    after.refresh()
+
+    assert result.status == TaskResultStatus.FAILED
+    assert result.attempts == 1
+    assert result.errors[0].exception_class is exception
+    assert after.status == TaskResultStatus.SUCCESSFUL and after.return_value == 42
+
+
 def test_worker_logs_state_lines(relay):
     """Django test_immediate_backend.test_enqueue_logs / test_failed_logs /
     test_successful_task_no_none_type_in_logs, for the worker's side."""
