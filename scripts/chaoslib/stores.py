@@ -114,7 +114,24 @@ class DedicatedStores:
         if code != 0 and (self.pgdata / "postmaster.pid").exists():
             raise RuntimeError(f"pg_ctl stop failed ({code}); see {self.folder / 'pg_ctl.log'}")
 
+    def postgres_running(self) -> bool:
+        with open(self.folder / "pg_ctl.log", "ab") as output:
+            return (
+                subprocess.run(
+                    [str(self._pg_ctl), "-D", str(self.pgdata), "status"],
+                    user=self._pg_user,
+                    stdin=subprocess.DEVNULL,
+                    stdout=output,
+                    stderr=output,
+                    timeout=30,
+                ).returncode
+                == 0
+            )
+
     def start_postgres(self) -> None:
+        # Two restart faults may overlap: the second one's start finds the server already up.
+        if self.postgres_running():
+            return
         # The options pgserver started it with: no TCP, the socket in its folder.
         socket_dir = dict(parse_qsl(urlsplit(self._server_url).query))["host"]
         code = self._run_pg_ctl("-o", f'-h "" -k {socket_dir}', "start")
