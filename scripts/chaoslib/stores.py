@@ -115,18 +115,7 @@ class DedicatedStores:
             raise RuntimeError(f"pg_ctl stop failed ({code}); see {self.folder / 'pg_ctl.log'}")
 
     def postgres_running(self) -> bool:
-        with open(self.folder / "pg_ctl.log", "ab") as output:
-            return (
-                subprocess.run(
-                    [str(self._pg_ctl), "-D", str(self.pgdata), "status"],
-                    user=self._pg_user,
-                    stdin=subprocess.DEVNULL,
-                    stdout=output,
-                    stderr=output,
-                    timeout=30,
-                ).returncode
-                == 0
-            )
+        return self._run_pg_ctl("status") == 0
 
     def start_postgres(self) -> None:
         # Two restart faults may overlap: the second one's start finds the server already up.
