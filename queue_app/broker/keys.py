@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 
+def _queue_key(queue: str, suffix: str) -> str:
+    """``queue:{<name>}:<suffix>``: the braces are a literal hash tag (one cluster slot per queue)."""
+    return f"queue:{{{queue}}}:{suffix}"
+
+
 def priority_key(queue: str) -> str:
-    return f"queue:{{{queue}}}:priority"
+    return _queue_key(queue, "priority")
 
 
 def fifo_key(queue: str) -> str:
-    return f"queue:{{{queue}}}:fifo"
+    return _queue_key(queue, "fifo")
 
 
 def retry_key(queue: str) -> str:
-    return f"queue:{{{queue}}}:retry"
+    return _queue_key(queue, "retry")
 
 
 def ready_key(queue: str, fifo: bool) -> str:
@@ -21,17 +26,17 @@ def ready_key(queue: str, fifo: bool) -> str:
 
 def inflight_key(queue: str) -> str:
     """Popped ids not yet acknowledged; score = the epoch second they go back to ready."""
-    return f"queue:{{{queue}}}:inflight"
+    return _queue_key(queue, "inflight")
 
 
 def inflight_places_key(queue: str) -> str:
     """Popped priority ids -> "<score> <member>", so a sweep puts them back in place."""
-    return f"queue:{{{queue}}}:inflight:places"
+    return _queue_key(queue, "inflight:places")
 
 
 def wake_key(queue: str) -> str:
     """At most one token, pushed when ids arrive: idle workers block on it."""
-    return f"queue:{{{queue}}}:wake"
+    return _queue_key(queue, "wake")
 
 
 # Temporary keys live at most this long, so a crashed run leaves no lasting garbage.
@@ -40,9 +45,9 @@ RECONCILE_KEY_TTL_SECONDS = 3600
 
 def reconcile_members_key(queue: str, token: str) -> str:
     """A run's set snapshot of a FIFO list, for O(1) membership look-ups."""
-    return f"queue:{{{queue}}}:reconcile:{token}:members"
+    return _queue_key(queue, f"reconcile:{token}:members")
 
 
 def reconcile_staging_key(queue: str, token: str) -> str:
     """A run's sorted set of FIFO ids to restore, ordered by enqueue time."""
-    return f"queue:{{{queue}}}:reconcile:{token}:staging"
+    return _queue_key(queue, f"reconcile:{token}:staging")
