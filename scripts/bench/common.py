@@ -9,6 +9,7 @@ proves that each job ran exactly once.
 
 from __future__ import annotations
 
+import abc
 import os
 import signal
 import statistics
@@ -129,32 +130,33 @@ def percentiles(values_ms: list[float]) -> dict[str, float]:
     return {"p50": cuts[49], "p95": cuts[94], "p99": cuts[98]}
 
 
-class Adapter:
+class Adapter(abc.ABC):
     """One system under test. ``args`` are ints; every handler calls ``record_start(arg)``."""
 
     name = ""
 
-    def reset(self) -> None:
+    def reset(self) -> None:  # noqa: B027 - an optional hook
         """Empty the system's queue and history."""
 
-    def enqueue(self, arg: int) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def enqueue(self, arg: int) -> None: ...
 
-    def enqueue_bulk(self, args: list[int]) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def enqueue_bulk(self, args: list[int]) -> None: ...
 
     def after_enqueue(self) -> dict[str, float]:
         """Work between enqueue and a ready queue (our relay); its figures."""
         return {}
 
-    def start_workers(self, processes: int) -> list[subprocess.Popen]:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def start_workers(self, processes: int) -> list[subprocess.Popen]: ...
 
+    @abc.abstractmethod
     def done(self) -> int:
         """How many jobs the system's own state says are done."""
-        raise NotImplementedError
+        ...
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an optional hook
         pass
 
 
