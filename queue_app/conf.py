@@ -33,6 +33,11 @@ class QueueSettings:
     OUTBOX_RETENTION_SECONDS: float = 7 * 24 * 3600.0
     RELAY_BATCH_SIZE: int = 500
     RELAY_POLL_SECONDS: float = 2.0
+    # A process that enqueues a ready job on a priority queue pushes it to Redis right
+    # after its commit, and the relay only checks the row RELAY_GRACE_SECONDS later: no
+    # relay hop on the way to a worker. Off: every job goes through the relay.
+    DISPATCH_ON_COMMIT: bool = True
+    RELAY_GRACE_SECONDS: float = 2.0
     WORKER_BATCH_SIZE: int = 20
     WORKER_POLL_SECONDS: float = 1.0
     WORKER_CLAIM_AHEAD_SECONDS: float = 0.05
@@ -56,7 +61,7 @@ class QueueSettings:
 
 DEFAULT_QUEUES = {"default": False}
 _NON_NUMERIC_KEYS = {"QUEUES", "SCHEDULES", "METRICS_TOKEN"}
-_BOOLEAN_KEYS = {"METRICS_ENABLED", "TRACING_ENABLED"}
+_BOOLEAN_KEYS = {"METRICS_ENABLED", "TRACING_ENABLED", "DISPATCH_ON_COMMIT"}
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
 
 

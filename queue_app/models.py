@@ -141,6 +141,10 @@ class OutboxMessage(models.Model):
     member = models.CharField(max_length=60, blank=True, default="", db_default="")
     created_at = models.DateTimeField(db_default=Now())
     dispatched_at = models.DateTimeField(null=True, blank=True)
+    # Set when the committing process pushes the job to Redis itself (DISPATCH_ON_COMMIT):
+    # the relay leaves the row alone until then, and afterwards sends it only if the
+    # job is still queued (the push was lost with a crash or a Redis outage).
+    dispatch_after = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "job_outbox"

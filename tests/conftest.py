@@ -30,11 +30,18 @@ def redis_client():
 
 @pytest.fixture(autouse=True)
 def _redis_only_when_marked(request):
-    """Flush Redis around marked tests; prove unmarked ones left it untouched."""
+    """Flush Redis around marked tests; prove unmarked ones left it untouched.
+
+    An unmarked test enqueues without pushing to Redis after the commit
+    (DISPATCH_ON_COMMIT off): its jobs wait in the outbox, as they would for a relay.
+    """
     if request.node.get_closest_marker("redis"):
         request.getfixturevalue("redis_client")
         yield
         return
+    if "redis_client" not in request.fixturenames:
+        settings = request.getfixturevalue("settings")
+        settings.JOBQUEUE = {**getattr(settings, "JOBQUEUE", {}), "DISPATCH_ON_COMMIT": False}
     yield
     if "redis_client" in request.fixturenames:
         return  # asked for Redis by name: emptied by the fixture
@@ -49,6 +56,15 @@ def _redis_only_when_marked(request):
             f"{request.node.nodeid} left {leaked} keys in Redis without @pytest.mark.redis",
             pytrace=False,
         )
+
+
+@pytest.fixture
+def relay_path(settings, monkeypatch):
+    """Every job goes through the outbox and the relay (DISPATCH_ON_COMMIT off), here and
+    in the processes the test starts: for tests of the relay's path itself, or that need
+    jobs dispatched by it (a relay drain then leaves nothing undispatched)."""
+    settings.JOBQUEUE = {**getattr(settings, "JOBQUEUE", {}), "DISPATCH_ON_COMMIT": False}
+    monkeypatch.setenv("JOBQUEUE_DISPATCH_ON_COMMIT", "0")
 
 
 @pytest.fixture

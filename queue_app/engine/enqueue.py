@@ -9,8 +9,10 @@ from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
+import redis
 import structlog
 from django.db import connection, transaction
 from django.utils import timezone
@@ -27,7 +29,7 @@ from queue_app.exceptions import (
     QueueError,
 )
 from queue_app.handlers import get_handler
-from queue_app.models import Job
+from queue_app.models import Job, OutboxMessage
 from queue_app.observability import metrics, tracing
 from queue_app.payloads import check_json, checked_json_text
 from queue_app.states import (
@@ -216,9 +218,11 @@ def _plan(item: _Checked, now: datetime) -> _Planned:
     )
 
 
-def _row_values(job: _Planned) -> dict[str, Any]:
+def _row_values(job: _Planned, settings: QueueSettings) -> dict[str, Any]:
     """What ``insert_job`` / ``insert_jobs`` write for one job (its job, log and outbox rows)."""
     action, score, member = ready_placement(job.id, job.priority_value, job.enqueued_at, job.next_retry_at)
+    # Pushed by this process after the commit: a job ready now, on a priority queue (a
+    # FIFO list's order is the outbox's id order, which only the relay keeps).
     request = job.request
     return {
         "id": job.id,
@@ -238,23 +242,44 @@ def _row_values(job: _Planned) -> dict[str, Any]:
         "action": action,
         "score": score,
         "member": member,
+        "direct": settings.DISPATCH_ON_COMMIT
+        and action == OutboxMessage.Action.ENQUEUE
+        and not settings.QUEUES.get(job.queue, False),
     }
 
 
-def _insert(cursor, planned: Sequence[_Planned], owner, trace_context) -> dict[uuid.UUID, datetime]:
-    """Run the insert; returns created_at by id of the jobs it created (a taken key creates none)."""
+def _insert(cursor, rows: list[dict[str, Any]], owner, trace_context) -> dict[uuid.UUID, datetime]:
+    """Run the insert of ``_row_values`` rows; returns created_at by id of the jobs it
+    created (a taken key creates none)."""
     shared = {
         "owner_id": getattr(owner, "pk", None),
         "status": Status.QUEUED.value,
         "event": INITIAL_EVENT,
         "trace_context": json.dumps(trace_context) if trace_context else None,
+        "relay_grace": queue_settings().RELAY_GRACE_SECONDS,
     }
-    if len(planned) == 1:
-        cursor.execute(sql.query("insert_job"), {**_row_values(planned[0]), **shared})
+    if len(rows) == 1:
+        cursor.execute(sql.query("insert_job"), {**rows[0], **shared})
     else:
-        rows = [{**_row_values(job), "position": position} for position, job in enumerate(planned)]
-        cursor.execute(sql.query("insert_jobs"), {"jobs": json.dumps(rows, default=str), **shared})
+        numbered = [{**row, "position": position} for position, row in enumerate(rows)]
+        cursor.execute(sql.query("insert_jobs"), {"jobs": json.dumps(numbered, default=str), **shared})
     return {row[0]: row[1] for row in cursor.fetchall()}
+
+
+def _dispatch(rows: list[dict[str, Any]]) -> None:
+    """Push committed direct jobs to their ready sets and wake a worker (one round trip).
+
+    A failure only costs time: the relay sends the rows of jobs still queued
+    once their RELAY_GRACE_SECONDS have passed.
+    """
+    intents = [
+        broker.Intent("enqueue", str(row["id"]), row["queue"], False, row["score"], row["member"])
+        for row in rows
+    ]
+    try:
+        broker.apply(broker.get_client(), intents)
+    except redis.RedisError as exc:
+        log.warning("dispatch_on_commit_failed", count=len(intents), error=str(exc)[:300])
 
 
 _JOB_COLUMNS = [field.attname for field in Job._meta.concrete_fields]
@@ -338,9 +363,15 @@ def enqueue_jobs(requests: Sequence[JobRequest], *, owner=None) -> list[Job]:
     # transaction) is needed only when a key conflict must undo the call's other jobs.
     undo_on_conflict = transaction.atomic() if keyed and len(planned) > 1 else nullcontext()
     trace_context = tracing.current_context()
+    settings = queue_settings()
+    rows = [_row_values(job, settings) for job in planned]
     with undo_on_conflict:
-        with connection.cursor() as cursor:
-            created_at = _insert(cursor, planned, owner, trace_context)
+        with sql.prepared() as cursor:
+            created_at = _insert(cursor, rows, owner, trace_context)
+        direct = [row for row in rows if row["direct"] and row["id"] in created_at]
+        if direct:
+            # Right away in autocommit; inside a transaction, when (and only if) it commits.
+            transaction.on_commit(partial(_dispatch, direct))
         existing: dict[str, Job] = {}
         if len(created_at) < len(planned):
             existing = {job.idempotency_key: job for job in Job.objects.filter(idempotency_key__in=keyed)}

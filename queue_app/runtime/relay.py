@@ -5,6 +5,12 @@ several relays share the work), applied to Redis in one pipeline, then
 marked dispatched in the same transaction. A crash after the Redis push and
 before the commit leaves the rows undispatched: the next relay re-sends them,
 and the worker's compare-and-set claim absorbs the duplicates.
+
+Ready jobs on priority queues skip the relay on the common path: the
+process that enqueued them pushes them right after its commit
+(DISPATCH_ON_COMMIT). Their rows wait RELAY_GRACE_SECONDS; the relay then
+sends those whose job is still queued (the push was lost to a crash or an
+outage; a repeated push of the same member changes nothing).
 """
 
 from __future__ import annotations
@@ -17,15 +23,17 @@ import psycopg
 import structlog
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
+from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils.module_loading import import_string
 
 from queue_app import broker
 from queue_app.conf import queue_settings
-from queue_app.engine import sql
+from queue_app.engine import selectors, sql
 from queue_app.models import OutboxMessage
 from queue_app.observability import tracing
 from queue_app.runtime.outages import OutageGuard
+from queue_app.states import Status
 
 log = structlog.get_logger("queue_app.relay")
 
@@ -58,16 +66,24 @@ class Relay:
             rows = list(
                 OutboxMessage.objects.select_for_update(skip_locked=True)
                 .filter(dispatched_at__isnull=True)
+                .filter(Q(dispatch_after__isnull=True) | Q(dispatch_after__lte=Now()))
                 .order_by("id")
-                .values_list("id", "action", "job_id", "queue", "score", "member")[: self.batch_size]
+                .values_list("id", "action", "job_id", "queue", "score", "member", "dispatch_after")[
+                    : self.batch_size
+                ]
             )
             if not rows:
                 return 0
+            # A row its enqueuer pushed itself is only a safety net: sent again only while
+            # its job waits (a claimed job would be popped again for nothing).
+            pushed = [row[2] for row in rows if row[6] is not None]
+            waiting = set(selectors.statuses(map(str, pushed)).items()) if pushed else set()
             broker.apply(
                 broker.get_client(),
                 (
                     broker.Intent(action, str(job_id), queue, fifo_queues.get(queue, False), score, member)
-                    for _, action, job_id, queue, score, member in rows
+                    for _, action, job_id, queue, score, member, dispatch_after in rows
+                    if dispatch_after is None or (str(job_id), Status.QUEUED) in waiting
                 ),
             )
             if self._fault is not None:

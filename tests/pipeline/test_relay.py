@@ -14,7 +14,12 @@ from queue_app.runtime.relay import Relay
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
 from tests.helpers import kill_group, listening_backends, manage, ready_ids, ready_score, wait_until
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
+# The relay's own path: no job is pushed by its enqueuer.
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.redis,
+    pytest.mark.usefixtures("relay_path"),
+]
 
 
 @pytest.mark.processes

@@ -29,7 +29,7 @@ def log_events(stderr: str, name: str) -> list[dict]:
     return [event for event in events if event["event"] == name]
 
 
-def test_relay_once_drains_in_batches_of_the_given_size_and_exits(redis_client):
+def test_relay_once_drains_in_batches_of_the_given_size_and_exits(redis_client, relay_path):
     jobs = enqueue_jobs([JobRequest(type="demo.echo") for _ in range(30)])
     done = run("runrelay", "--once", "--batch-size=7", LOG_LEVEL="DEBUG")
     assert done.returncode == 0
@@ -92,7 +92,7 @@ class Monitor:
         return self.commands
 
 
-def test_reconcile_batch_size_pages_the_jobs_and_still_repairs_everything(redis_client):
+def test_reconcile_batch_size_pages_the_jobs_and_still_repairs_everything(redis_client, relay_path):
     jobs = enqueue_jobs([JobRequest(type="demo.echo") for _ in range(10)])
     with connection.cursor() as cursor:  # relayed long ago, then lost with Redis
         cursor.execute("UPDATE job_outbox SET dispatched_at = now() - interval '1 hour'")

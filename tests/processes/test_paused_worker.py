@@ -17,7 +17,7 @@ from tests.probe.models import Execution
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.redis]
 
 
-def test_resumed_worker_does_not_start_batch_jobs_whose_lease_it_lost():
+def test_resumed_worker_does_not_start_batch_jobs_whose_lease_it_lost(relay_path):
     # Claim far ahead and never release, so the batch stays held behind the first job.
     worker = manage(
         "runworker",

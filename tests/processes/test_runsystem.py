@@ -201,7 +201,7 @@ def test_no_admin_user_creates_and_prints_no_login(systems, tmp_path):
     assert not (tmp_path / "admin-login.txt").exists()
 
 
-def test_reconcile_interval_sets_how_often_the_reconciler_repairs_redis(systems):
+def test_reconcile_interval_sets_how_often_the_reconciler_repairs_redis(relay_path, systems):
     system = systems("--no-admin-user", "--reconcile-interval=0.5")
     wait_until(system.all_running, timeout=60, message="every child")
     assert "--interval=0.5" in system.argv("reconciler")

@@ -21,7 +21,13 @@ from tests.helpers import child_env, manage, ready_score, wait_until
 from tests.reconciler.proxy import TcpProxy, postgres_proxy, postgres_via, redis_proxy, redis_via
 from tests.reconciler.support import database_state, enqueue, mark_relayed, redis_state
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.redis]
+# Jobs reach Redis through the relay, so "dispatched" means sent (no enqueuer push).
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.processes,
+    pytest.mark.redis,
+    pytest.mark.usefixtures("relay_path"),
+]
 
 SUMMARY = re.compile(
     r"^reconcile: restored_ready=(\d+) restored_retry=(\d+) removed_stale=(\d+) requeued_expired=(\d+) "

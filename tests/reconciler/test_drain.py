@@ -16,7 +16,13 @@ from tests.helpers import child_env, manage, relay_all, wait_until
 from tests.probe.models import Execution
 from tests.reconciler.support import enqueue, set_fields
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.redis]
+# Jobs reach Redis through the relay, so "dispatched" means sent (no enqueuer push).
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.processes,
+    pytest.mark.redis,
+    pytest.mark.usefixtures("relay_path"),
+]
 
 
 def run(*args: str, timeout: float, **extra: str) -> str:

@@ -3,6 +3,10 @@
 -- when the statement's transaction commits). One round trip per call: in
 -- autocommit the statement is its own transaction; inside the caller's
 -- transaction it joins it and commits (or rolls back) with it.
+--
+-- A "direct" job is one the caller pushes to Redis itself after the commit
+-- (DISPATCH_ON_COMMIT): its outbox row waits RELAY_GRACE_SECONDS
+-- (dispatch_after) before the relay looks at it, and it wakes no relay.
 
 -- name: insert_job
 -- One job: the same rows as insert_jobs, planned much faster than its arrays.
@@ -22,10 +26,12 @@ WITH job AS (
     INSERT INTO job_logs (job_id, level, event, message, extra)
     SELECT id, 'info', %(event)s, %(message)s, %(extra)s::jsonb FROM job
 ), dispatch AS (
-    INSERT INTO job_outbox (job_id, action, queue, score, member)
-    SELECT id, %(action)s, %(queue)s, %(score)s, %(member)s FROM job
+    INSERT INTO job_outbox (job_id, action, queue, score, member, dispatch_after)
+    SELECT id, %(action)s, %(queue)s, %(score)s, %(member)s,
+           CASE WHEN %(direct)s::boolean THEN now() + make_interval(secs => %(relay_grace)s::float8) END
+      FROM job
 )
-SELECT id, created_at, pg_notify('jobqueue_outbox', '') FROM job
+SELECT id, created_at, CASE WHEN NOT %(direct)s::boolean THEN pg_notify('jobqueue_outbox', '') END FROM job
 
 -- name: insert_jobs
 -- Many jobs, given as one JSON array of objects (the keys of insert_job's
@@ -42,7 +48,7 @@ WITH request AS (
            AS r(position int, id uuid, type text, queue text, payload text, priority text, priority_value int,
                 max_attempts int, next_retry_at timestamptz, enqueued_at timestamptz,
                 idempotency_key text, fingerprint text, backend text, message text, extra text,
-                action text, score float8, member text)
+                action text, score float8, member text, direct boolean)
 ), job AS (
     INSERT INTO jobs (id, type, queue, payload, priority, priority_value, status, attempts, max_attempts,
                       next_retry_at, enqueued_at, last_error, last_error_class, last_error_traceback,
@@ -61,11 +67,13 @@ WITH request AS (
       FROM request JOIN job USING (id)
      ORDER BY request.position
 ), dispatch AS (
-    INSERT INTO job_outbox (job_id, action, queue, score, member)
-    SELECT request.id, request.action, request.queue, request.score, request.member
+    INSERT INTO job_outbox (job_id, action, queue, score, member, dispatch_after)
+    SELECT request.id, request.action, request.queue, request.score, request.member,
+           CASE WHEN request.direct THEN now() + make_interval(secs => %(relay_grace)s::float8) END
       FROM request JOIN job USING (id)
      ORDER BY request.position
 ), notified AS (
-    SELECT pg_notify('jobqueue_outbox', '') WHERE EXISTS (SELECT FROM job)
+    SELECT pg_notify('jobqueue_outbox', '')
+     WHERE EXISTS (SELECT FROM request JOIN job USING (id) WHERE NOT request.direct)
 )
-SELECT job.id, job.created_at FROM job, notified
+SELECT job.id, job.created_at FROM job LEFT JOIN notified ON true
