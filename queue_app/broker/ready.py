@@ -86,11 +86,19 @@ def _remove_ready(pipe, intent: Intent) -> None:
 INFLIGHT_SECONDS = 5.0
 
 
-# Moves up to ARGV[1] ready ids into the in-flight set, due back at Redis TIME +
-# ARGV[2] seconds. A priority member "<µs>:<id>" pops as its id (the text after
-# the last colon), and its score and member are kept so a sweep can put it back
-# in place. Passes the wake token on when ids remain, so another idle worker starts.
+# First drops ARGV[4...] from the in-flight set (ids popped earlier whose claim has
+# committed: their acknowledgement rides on the next pop). Then moves up to ARGV[1]
+# ready ids into the in-flight set, due back at Redis TIME + ARGV[2] seconds. A
+# priority member "<µs>:<id>" pops as its id (the text after the last colon), and its
+# score and member are kept so a sweep can put it back in place. Passes the wake
+# token on when ids remain, so another idle worker starts.
 _RESERVE = """
+if #ARGV > 3 then
+  local acked = {}
+  for i = 4, #ARGV do acked[#acked + 1] = ARGV[i] end
+  redis.call('ZREM', KEYS[2], unpack(acked))
+  redis.call('HDEL', KEYS[3], unpack(acked))
+end
 local t = redis.call('TIME')
 local deadline = tonumber(t[1]) + tonumber(t[2]) / 1000000 + tonumber(ARGV[2])
 local ids, inflight, places = {}, {}, {}
@@ -125,14 +133,18 @@ return ids
 _reserve_scripts: dict[int, Script] = {}
 
 
-def reserve(client: redis.Redis, queue: str, fifo: bool, count: int) -> list[str]:
-    """Pop up to ``count`` ready ids of one queue into its in-flight set (atomic)."""
+def reserve(
+    client: redis.Redis, queue: str, fifo: bool, count: int, acknowledge: Sequence[str] = ()
+) -> list[str]:
+    """Pop up to ``count`` ready ids of one queue into its in-flight set (atomic), after
+    acknowledging ``acknowledge`` (ids of the queue whose claim committed): one round trip."""
     # The hot path: EVALSHA, so the script's text is not sent (and hashed) on every pop.
     script = _reserve_scripts.get(id(client))
     if script is None:
         script = _reserve_scripts[id(client)] = client.register_script(_RESERVE)
     keys = [ready_key(queue, fifo), inflight_key(queue), inflight_places_key(queue), wake_key(queue)]
-    return list(script(keys=keys, args=[count, INFLIGHT_SECONDS, "1" if fifo else "0"], client=client))
+    args = [count, INFLIGHT_SECONDS, "1" if fifo else "0", *acknowledge]
+    return list(script(keys=keys, args=args, client=client))
 
 
 def acknowledge(client: redis.Redis, popped: dict[str, list[str]]) -> None:

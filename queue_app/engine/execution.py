@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -54,6 +54,8 @@ class Claim:
 
     jobs: list[ClaimedJob]
     held_back: dict[str, list[str]]  # queue -> ids, in pop order
+    # The ids of the completions written with the claim that the fence let through.
+    completed: set[str] = field(default_factory=set)
 
 
 def claim_jobs(ids: Sequence[str], *, worker_id: str) -> list[ClaimedJob]:
@@ -62,7 +64,13 @@ def claim_jobs(ids: Sequence[str], *, worker_id: str) -> list[ClaimedJob]:
 
 
 @tracing.traced("jobqueue.claim")
-def claim(ids: Sequence[str], *, worker_id: str, queues: dict[str, bool] | None = None) -> Claim:
+def claim(
+    ids: Sequence[str],
+    *,
+    worker_id: str,
+    queues: dict[str, bool] | None = None,
+    completions: Sequence[Completion] = (),
+) -> Claim:
     """Claim popped ids, honouring their queues' controls (pause, concurrency and rate limits).
 
     ``queues``: the queues of the ids -> whether the caller believes the queue
@@ -71,32 +79,46 @@ def claim(ids: Sequence[str], *, worker_id: str, queues: dict[str, bool] | None 
     this time (its ids come back as held back). Two workers claiming one id: the
     second UPDATE waits for the first's row lock, re-checks ``status = 'queued'``
     and skips the row.
+
+    ``completions`` (the caller's previous jobs) are written in the same
+    transaction, as ``complete_jobs`` would; the ids the fence let through are
+    in ``Claim.completed``. The statements go out together (psycopg's pipeline
+    mode): one round trip, then the commit.
     """
     if not ids:
-        return Claim([], {})
+        return Claim([], {}, complete_jobs(completions) if completions else set())
     metrics.prepare()
     lease = queue_settings().LEASE_SECONDS
     valid_ids = [str(pk) for pk in selectors.valid_ids(ids)]
-    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+    with (
+        transaction.atomic(savepoint=False),
+        sql.prepared() as done_cursor,
+        sql.prepared() as lock_cursor,
+        sql.prepared() as cursor,
+    ):
         if queues is None:
             cursor.execute(sql.query("claim_queues"), {"ids": valid_ids})
             queues = dict(cursor.fetchall())
         names = sorted(queues)
-        # Its own statement: the claim's snapshot must be taken after the locks are granted.
-        cursor.execute(
-            sql.query("lock_queues_for_claim"),
-            {"lock_class": QUEUE_LOCK_CLASS, "queues": names, "exclusive": [queues[n] for n in names]},
-        )
-        cursor.execute(
-            sql.query("claim_jobs"),
-            {
-                "ids": valid_ids,
-                "worker": worker_id,
-                "lease": lease,
-                "exclusive": [name for name in names if queues[name]],
-                **table_params("claim"),
-            },
-        )
+        with connection.connection.pipeline():
+            if completions:
+                done_cursor.execute(*_completion_statement(completions))
+            # Its own statement: the claim's snapshot must be taken after the locks are granted.
+            lock_cursor.execute(
+                sql.query("lock_queues_for_claim"),
+                {"lock_class": QUEUE_LOCK_CLASS, "queues": names, "exclusive": [queues[n] for n in names]},
+            )
+            cursor.execute(
+                sql.query("claim_jobs"),
+                {
+                    "ids": valid_ids,
+                    "worker": worker_id,
+                    "lease": lease,
+                    "exclusive": [name for name in names if queues[name]],
+                    **table_params("claim"),
+                },
+            )
+        completed = _completed(completions, done_cursor.fetchall()) if completions else set()
         rows = cursor.fetchall()
     held_back: dict[str, list[str]] = {}
     # Run in pop order (priority, then age); RETURNING order is unspecified.
@@ -127,7 +149,7 @@ def claim(ids: Sequence[str], *, worker_id: str, queues: dict[str, bool] | None 
     settled = {job.id for job in claimed} | {job_id for v in held_back.values() for job_id in v}
     if len(settled) < len(set(ids)):
         _log_unclaimed(set(ids) - settled)
-    return Claim(claimed, held_back)
+    return Claim(claimed, held_back, completed)
 
 
 def _json(value: Any) -> Any:
@@ -165,16 +187,24 @@ def complete_jobs(completions: Sequence[Completion]) -> set[str]:
     """
     if not completions:
         return set()
-    rows = [{"id": c.job_id, "fence": c.fence, "result": c.result} for c in completions]
     with transaction.atomic(savepoint=False):
-        with connection.cursor() as cursor:
-            cursor.execute(sql.query("complete_jobs"), {"rows": json.dumps(rows), **table_params("complete")})
-            written = cursor.fetchall()
-        done = {str(row[0]) for row in written}
-        metrics.jobs_completed((row[1], row[2]) for row in written)
-        fenced = [(c.job_id, c.fence) for c in completions if c.job_id not in done]
-        if fenced:
-            _record_fenced(fenced, COMPLETION_FENCED)
+        with sql.prepared() as cursor:
+            cursor.execute(*_completion_statement(completions))
+            return _completed(completions, cursor.fetchall())
+
+
+def _completion_statement(completions: Sequence[Completion]) -> tuple[str, dict[str, Any]]:
+    rows = [{"id": c.job_id, "fence": c.fence, "result": c.result} for c in completions]
+    return sql.query("complete_jobs"), {"rows": json.dumps(rows), **table_params("complete")}
+
+
+def _completed(completions: Sequence[Completion], written: list[tuple]) -> set[str]:
+    """After the completion statement, in its transaction: count, and record the fenced ones."""
+    done = {str(row[0]) for row in written}
+    metrics.jobs_completed((row[1], row[2]) for row in written)
+    fenced = [(c.job_id, c.fence) for c in completions if c.job_id not in done]
+    if fenced:
+        _record_fenced(fenced, COMPLETION_FENCED)
     for job_id in done:
         log.debug("job_completed", job_id=job_id)
     if done:
@@ -325,7 +355,7 @@ def extend_leases(held: Sequence[tuple[str, int]], *, worker_id: str) -> set[str
     if not held:
         return set()
     rows = [{"id": job_id, "fence": fence} for job_id, fence in held]
-    with transaction.atomic(), connection.cursor() as cursor:
+    with transaction.atomic(), sql.prepared() as cursor:
         cursor.execute(
             sql.query("extend_leases"),
             {

@@ -1,7 +1,8 @@
 """Runs N worker processes, enforces hard time limits, and shuts them down cleanly.
 
-Each child reports over a pipe which job it runs, until when, and which jobs
-it holds (a ``ChildReport``). A child still inside a handler past its hard
+Each child reports which job it runs and until when in memory shared with
+the supervisor (``RunningJob``), and over a pipe which jobs it holds (a
+``ChildReport``, after each claim). A child still inside a handler past its hard
 deadline (the soft limit plus a grace, e.g. C code that never returns to
 Python) is SIGKILLed: its job is failed as a timeout, its other held jobs are
 handed back, and a new child with the same identity takes its place.
@@ -34,6 +35,7 @@ from django.db import connections
 from queue_app.conf import queue_settings
 from queue_app.engine import execution
 from queue_app.runtime.outages import OutageGuard
+from queue_app.runtime.running_job import RunningJob
 from queue_app.runtime.worker import ChildReport
 from queue_app.runtime.worker_name import WorkerNameInUse, WorkerNameLock
 
@@ -55,6 +57,8 @@ class Child:
     worker_id: str
     process: multiprocessing.Process | None = None
     pipe: Connection | None = None
+    running: RunningJob | None = None
+    # The job the child's main thread runs, as last read from ``running``.
     current: tuple[str, int] | None = None
     hard_deadline: float | None = None
     held: dict[str, int] = field(default_factory=dict)
@@ -78,6 +82,7 @@ def _child_main(
     burst: bool,
     with_scheduled: bool,
     pipe: Connection,
+    running: RunningJob,
     name_lock_fd: int | None,
     slots: int | None = None,
 ) -> None:
@@ -97,6 +102,7 @@ def _child_main(
         burst=burst,
         with_scheduled=with_scheduled,
         supervisor_pipe=pipe,
+        running=running,
         slots=slots,
     ).run()
     connections.close_all()
@@ -144,6 +150,7 @@ class Supervisor:
             if close_pool is not None:
                 close_pool()
         parent_end, child_end = self._context.Pipe(duplex=False)
+        child.running = RunningJob(self._context)
         child.process = self._context.Process(
             target=_child_main,
             args=(
@@ -152,6 +159,7 @@ class Supervisor:
                 self.burst,
                 self.with_scheduled,
                 child_end,
+                child.running,
                 self._name_lock.fileno(),
                 self.slots,
             ),
@@ -234,11 +242,14 @@ class Supervisor:
     def _drain_reports(child: Child) -> None:
         while child.pipe is not None and child.pipe.poll():
             report: ChildReport = child.pipe.recv()
-            child.current = (report.job_id, report.fence) if report.job_id else None
-            child.hard_deadline = report.hard_deadline
             if report.held is not None:
                 child.held = report.held
             child.slots = report.slots or {}
+
+    @staticmethod
+    def _read_running(child: Child) -> None:
+        if child.running is not None:
+            child.current, child.hard_deadline = child.running.read()
 
     def _enforce_hard_limits(self) -> None:
         now = time.monotonic()
@@ -246,6 +257,7 @@ class Supervisor:
             alive = child.process is not None and child.process.is_alive()
             if not alive:
                 continue
+            self._read_running(child)
             overdue = {job_id for job_id, (_, deadline) in child.slots.items() if now > deadline}
             if child.current and child.hard_deadline and now > child.hard_deadline:
                 overdue.add(child.current[0])
@@ -290,7 +302,8 @@ class Supervisor:
         ones when None) failed with ``current_error`` (handed back when it is None), the
         other running and the claimed-but-unstarted ones handed back."""
         with contextlib.suppress(EOFError, OSError):
-            self._drain_reports(child)  # its last words: which jobs it was running
+            self._drain_reports(child)  # its last words: which jobs it holds
+        self._read_running(child)
         held = dict(child.held)
         running = {job_id: fence for job_id, (fence, _) in child.slots.items()}
         if child.current is not None:
@@ -313,6 +326,8 @@ class Supervisor:
         # Anything not settled here is still held by this identity: the replacement
         # child's start-up recovery settles it, or the reconciler after the lease.
         child.current, child.held, child.slots = None, {}, {}
+        if child.running is not None:
+            child.running.set(None, None, None)  # the child is dead: nothing writes it now
 
     def _reap(self) -> None:
         for child in self.children:

@@ -37,6 +37,7 @@ from queue_app.observability.runs import observed_run
 from queue_app.payloads import check_json
 from queue_app.runtime.outages import OutageGuard
 from queue_app.runtime.relay import fault_point_handler
+from queue_app.runtime.running_job import RunningJob
 from queue_app.runtime.slots import Slots
 
 log = structlog.get_logger("queue_app.worker")
@@ -54,6 +55,9 @@ CONTROLS_REFRESH_SECONDS = 1.0
 # How long a worker leaves a queue alone after its claim held ids back because the
 # queue was full (concurrency limit): its running jobs need time to finish.
 HELD_BACK_PAUSE_SECONDS = 0.1
+# The longest a claimed id stays in its in-flight set when no pop comes to acknowledge
+# it (the heartbeat thread does then); well inside broker.INFLIGHT_SECONDS.
+ACK_DELAY_SECONDS = 1.0
 
 
 class _Fenced(Exception):
@@ -62,14 +66,11 @@ class _Fenced(Exception):
 
 @dataclass(frozen=True)
 class ChildReport:
-    """What a worker process tells its supervisor: the job it runs (if any), the
-    monotonic time past which the supervisor kills it, and, after a claim, every
-    job it holds (id -> fence), and the jobs running in slots. A stale ``held`` is harmless: settling a job
-    that moved on is a fenced no-op."""
+    """What a worker process tells its supervisor over the pipe: after a claim, every
+    job it holds (id -> fence), and the jobs running in slots. A stale ``held`` is
+    harmless: settling a job that moved on is a fenced no-op. The job the main
+    thread runs, and until when, goes in shared memory instead (``RunningJob``)."""
 
-    job_id: str | None
-    fence: int | None
-    hard_deadline: float | None
     held: dict[str, int] | None = None
     # Jobs running in slots: id -> (fence, hard deadline); None without slots.
     slots: dict[str, tuple[int, float]] | None = None
@@ -84,6 +85,7 @@ class Worker:
         burst: bool = False,
         with_scheduled: bool = False,
         supervisor_pipe: Connection | None = None,
+        running: RunningJob | None = None,
         slots: int | None = None,
     ) -> None:
         settings = queue_settings()
@@ -94,6 +96,7 @@ class Worker:
         self.burst = burst
         self.with_scheduled = with_scheduled
         self.supervisor_pipe = supervisor_pipe
+        self.running = running
         # Slot threads report too: one message at a time on the pipe.
         self._pipe_lock = threading.Lock()
         self.slot_count = slots if slots is not None else settings.WORKER_SLOTS
@@ -123,6 +126,11 @@ class Worker:
         self._controls_read_at = float("-inf")
         # queue -> monotonic time before which this worker does not pop it (held back).
         self._held_until: dict[str, float] = {}
+        # Popped ids whose claim committed, not yet dropped from the in-flight sets (queue ->
+        # ids): the next pop of the queue does it, or the heartbeat thread after ACK_DELAY_SECONDS.
+        self._unacknowledged: dict[str, list[str]] = {}
+        self._unacknowledged_since = 0.0
+        self._ack_lock = threading.Lock()
         self._fault = fault_point_handler()
         self.current: ClaimedJob | None = None
         self.soft_deadline: float | None = None
@@ -179,13 +187,15 @@ class Worker:
     def _tell_supervisor(self, *, with_held: bool = False) -> None:
         """Tell the supervisor what runs until when; the held set only after a claim
         (a stale set is harmless: handing back a settled job is a fenced no-op)."""
-        if self.supervisor_pipe is None:
-            return
         current = self.current
+        if self.running is not None:
+            if current is None:
+                self.running.set(None, None, None)
+            else:
+                self.running.set(current.id, current.fence, self._hard_deadline)
+        if self.supervisor_pipe is None or not (with_held or self.slots is not None):
+            return
         report = ChildReport(
-            job_id=current.id if current else None,
-            fence=current.fence if current else None,
-            hard_deadline=self._hard_deadline if current is not None else None,
             held=dict(self.held) if with_held else None,
             slots=self.slots.deadlines() if self.slots is not None else None,
         )
@@ -310,29 +320,57 @@ class Worker:
         self._next_queue = (start + 1) % len(self.queue_layouts)
         popped: dict[str, list[str]] = {}
         now = time.monotonic()
+        # Should Redis fail here, ids taken and not acknowledged return to ready at their
+        # deadline, as duplicates the claim drops.
+        unacknowledged = self._take_unacknowledged()
         for queue, fifo in self.queue_layouts[start:] + self.queue_layouts[:start]:
             if not self._may_pop(queue, now):
                 continue  # paused, or full a moment ago: its ids stay in line
-            ids = broker.reserve(client, queue, fifo, want)
+            ids = broker.reserve(client, queue, fifo, want, acknowledge=unacknowledged.pop(queue, ()))
             if ids:
                 popped[queue] = ids
                 want -= len(ids)
                 if want <= 0:
                     break
+        if unacknowledged:
+            broker.acknowledge(client, unacknowledged)
         return popped
+
+    def _defer_acknowledgement(self, popped: dict[str, list[str]]) -> None:
+        """Leave claimed ids for the next pop (or the heartbeat) to acknowledge."""
+        with self._ack_lock:
+            if not self._unacknowledged:
+                self._unacknowledged_since = time.monotonic()
+            for queue, ids in popped.items():
+                if ids:
+                    self._unacknowledged.setdefault(queue, []).extend(ids)
+
+    def _take_unacknowledged(self) -> dict[str, list[str]]:
+        with self._ack_lock:
+            taken, self._unacknowledged = self._unacknowledged, {}
+        return taken
+
+    def acknowledge_overdue(self) -> None:
+        """Called by the heartbeat thread: acknowledge claimed ids no pop took within
+        ACK_DELAY_SECONDS (a long job runs), before a sweep could put them back in line."""
+        with self._ack_lock:
+            overdue = time.monotonic() - self._unacknowledged_since >= ACK_DELAY_SECONDS
+        if overdue and self._unacknowledged:
+            broker.acknowledge(broker.get_client(), self._take_unacknowledged())
 
     def _process(self, client, popped: dict[str, list[str]]) -> None:
         ids = [job_id for queue_ids in popped.values() for job_id in queue_ids]
         # Taken before the claim: the new leases run at least LEASE_SECONDS from here.
         claim_started = time.monotonic()
         # The previous batch's completions and this claim share one commit.
-        with transaction.atomic():
-            written = self._write_completions()
-            result = execution.claim(
-                ids,
-                worker_id=self.worker_id,
-                queues={queue: self._controls[queue].limited for queue in popped},
-            )
+        with self._batch_lock:
+            written = list(self.completions)
+        result = execution.claim(
+            ids,
+            worker_id=self.worker_id,
+            queues={queue: self._controls[queue].limited for queue in popped},
+            completions=written,
+        )
         claimed = result.jobs
         self._leases_confirmed_at = claim_started
         self._claimed_at = claim_committed = time.monotonic()
@@ -340,10 +378,10 @@ class Worker:
         try:
             if result.held_back:
                 self._put_back_held(client, popped, result.held_back)
-            broker.acknowledge(client, popped)
         except redis.RedisError as exc:
             # Unacknowledged ids return to ready at their deadline: duplicates the claim drops.
             log.warning("pop_not_acknowledged", worker=self.worker_id, error=str(exc)[:300])
+        self._defer_acknowledgement(popped)
         for job in claimed:
             self.held[job.id] = job.fence
         with self._batch_lock:
@@ -670,6 +708,9 @@ class Worker:
         if self.slots is not None:
             # Slot jobs finish within the grace, else go back with what is still held below.
             self.slots.drain(queue_settings().SHUTDOWN_GRACE_SECONDS)
+        with contextlib.suppress(*guard.errors):
+            # Else they come back at their in-flight deadline, as duplicates the claim drops.
+            broker.acknowledge(broker.get_client(), self._take_unacknowledged())
         for _ in range(20):
             try:
                 self._flush_completions()
@@ -700,6 +741,7 @@ class Heartbeat(threading.Thread):
         try:
             while not self._stopped.wait(RELEASE_CHECK_SECONDS):
                 try:
+                    self.worker.acknowledge_overdue()
                     self.worker.release_batch()
                 except OutageGuard.errors as exc:
                     # What was not handed back keeps its lease; the heartbeat below stops

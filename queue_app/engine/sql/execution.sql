@@ -16,11 +16,13 @@
 WITH clock AS MATERIALIZED (
     SELECT clock_timestamp() AS at
 ), candidates AS (
+    -- id = ANY(...): primary-key look-ups, whatever the table's size (a join to the
+    -- unnested ids may be planned as a scan of the whole table).
     SELECT jobs.id, jobs.queue,
-           row_number() OVER (PARTITION BY jobs.queue ORDER BY t.position) AS place
-      FROM unnest(%(ids)s::uuid[]) WITH ORDINALITY AS t(id, position)
-      JOIN jobs ON jobs.id = t.id
-     WHERE jobs.status = ANY(%(sources)s)
+           row_number() OVER (PARTITION BY jobs.queue ORDER BY array_position(%(ids)s::uuid[], jobs.id)) AS place
+      FROM jobs
+     WHERE jobs.id = ANY(%(ids)s::uuid[])
+       AND jobs.status = ANY(%(sources)s)
        AND (jobs.next_retry_at IS NULL OR jobs.next_retry_at <= now())
 ), buckets AS (
     SELECT q.name, q.paused, q.concurrency_limit, q.rate_limit,
