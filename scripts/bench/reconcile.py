@@ -25,17 +25,19 @@ QUEUES = "default,emails,reports:fifo"
 # Queued jobs only: 20% scheduled 10 minutes ahead, the rest due; 3 queues, 3 tiers.
 # Each has the outbox row the relay dispatched an hour ago (outside the grace).
 SEED_SQL = """
-INSERT INTO jobs (id, type, queue, payload, priority, status, attempts, max_attempts,
-                  next_retry_at, enqueued_at, created_at, last_error, idempotency_fingerprint, worker_id)
+INSERT INTO jobs (id, type, queue, payload, priority, priority_value, status, attempts, max_attempts,
+                  next_retry_at, enqueued_at, created_at, last_error, last_error_class, last_error_traceback,
+                  idempotency_fingerprint, worker_id, backend)
 SELECT gen_random_uuid(), 'bench.noop',
        (ARRAY['default', 'default', 'emails', 'reports'])[1 + (g %% 4)],
        jsonb_build_object('n', g),
        (ARRAY['high', 'medium', 'medium', 'low'])[1 + ((g / 4) %% 4)],
+       (ARRAY[10, 0, 0, -10])[1 + ((g / 4) %% 4)],
        'queued', 0, 3,
        CASE WHEN g %% 5 = 0 THEN now() + interval '10 minutes' END,
        CASE WHEN g %% 5 = 0 THEN now() + interval '10 minutes'
             ELSE now() - interval '2 hours' + g * interval '1 ms' END,
-       now() - interval '2 hours' + g * interval '1 ms', '', '', ''
+       now() - interval '2 hours' + g * interval '1 ms', '', '', '', '', '', ''
   FROM generate_series(1, %(n)s) AS g;
 INSERT INTO job_outbox (job_id, action, queue, score, created_at, dispatched_at)
 SELECT id, 'enqueue', queue, 0, created_at, created_at + interval '5 ms' FROM jobs;

@@ -120,8 +120,11 @@ def main() -> int:
     started = time.monotonic()
     spec = json.dumps(asdict(workload))
 
+    phase_seconds: dict[str, float] = {}
+
     def measure(system: str, position: str) -> None:
         module = "ours" if system == "ours" else PEERS[system]
+        phase_started = time.monotonic()
         for index in range(rounds):
             print(f"  {system} ({position}) round {index + 1}/{rounds} ...", file=sys.stderr, flush=True)
             run = run_child("runner.py", module, spec, env=env)
@@ -130,6 +133,7 @@ def main() -> int:
             results["runs"].append(run)
             if "error" in run:
                 print(f"    {system} failed: {run['error']}", file=sys.stderr)
+        phase_seconds[f"{system} ({position})"] = time.monotonic() - phase_started
 
     peers = [name for name in systems if name != "ours"]
     if "ours" in systems:
@@ -170,9 +174,11 @@ def main() -> int:
     }
     results["errors"] = [run for run in results["runs"] if "error" in run]
     results["seconds"] = time.monotonic() - started
+    results["phase_seconds"] = phase_seconds
     out.write_text(json.dumps(results, indent=2))
     print(render(results, peers))
-    print(f"\nJSON: {out}   ({results['seconds'] / 60:.1f} min)")
+    phases = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in phase_seconds.items())
+    print(f"\nJSON: {out}   ({results['seconds'] / 60:.1f} min: {phases})")
     return 1 if results["errors"] else 0
 
 
