@@ -11,13 +11,19 @@ so the form reports a failed login.
 
 from __future__ import annotations
 
+import functools
+
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.backends import ModelBackend
+from django.contrib.auth.models import Group, Permission
 from django.contrib.auth.signals import user_login_failed
 from django.core.cache import cache
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import FieldDoesNotExist, PermissionDenied
+from django.db import connection
 from django.dispatch import receiver
 from django.http import HttpRequest
+from django.utils.translation import gettext_lazy as _
 from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.throttling import BaseThrottle, SimpleRateThrottle
@@ -76,8 +82,66 @@ class LimitedModelBackend(ModelBackend):
         return super().authenticate(request, username=username, password=password, **kwargs)
 
 
+@functools.cache
+def _token_lookup_sql() -> str | None:
+    """One statement for a token key: its user's row, the token's columns and the user's permissions.
+
+    The permissions are the two sets ModelBackend reads with two queries of its
+    own (the user's and their groups'), named the same way ("app_label.codename").
+    None when the user model has no Django permissions (no PermissionsMixin).
+    Every name comes from the models' metadata.
+    """
+    user_model = get_user_model()
+    try:
+        user_permissions = user_model._meta.get_field("user_permissions")
+        user_groups = user_model._meta.get_field("groups")
+    except FieldDoesNotExist:
+        return None
+    token_model = LimitedTokenAuthentication().get_model()
+    group_permissions = Group._meta.get_field("permissions")
+    content_type = Permission._meta.get_field("content_type")
+    q = connection.ops.quote_name
+    user, token = q(user_model._meta.db_table), q(token_model._meta.db_table)
+    user_pk = f"{user}.{q(user_model._meta.pk.column)}"
+    token_key = f"{token}.{q(token_model._meta.get_field('key').column)}"
+    token_created = f"{token}.{q(token_model._meta.get_field('created').column)}"
+    token_user = f"{token}.{q(token_model._meta.get_field('user').column)}"
+    permission_content_type = f"p.{q(content_type.column)}"
+    content_type_pk = f"ct.{q(content_type.target_field.column)}"
+    group_of_membership = f"ug.{q(user_groups.m2m_reverse_name())}"
+    group_of_permission = f"gp.{q(group_permissions.m2m_column_name())}"
+    return f"""
+        SELECT {user}.*, {token_key} AS token_key, {token_created} AS token_created,
+               ARRAY(
+                   SELECT ct.{q("app_label")} || '.' || p.{q("codename")}
+                   FROM {q(Permission._meta.db_table)} p
+                   JOIN {q(content_type.related_model._meta.db_table)} ct
+                     ON {content_type_pk} = {permission_content_type}
+                   WHERE p.{q(Permission._meta.pk.column)} IN (
+                       SELECT {q(user_permissions.m2m_reverse_name())}
+                       FROM {q(user_permissions.m2m_db_table())}
+                       WHERE {q(user_permissions.m2m_column_name())} = {user_pk}
+                       UNION ALL
+                       SELECT gp.{q(group_permissions.m2m_reverse_name())}
+                       FROM {q(group_permissions.m2m_db_table())} gp
+                       JOIN {q(user_groups.m2m_db_table())} ug
+                         ON {group_of_membership} = {group_of_permission}
+                       WHERE ug.{q(user_groups.m2m_column_name())} = {user_pk}
+                   )
+               ) AS permission_names
+        FROM {token} JOIN {user} ON {user_pk} = {token_user}
+        WHERE {token_key} = %s
+    """
+
+
 class LimitedTokenAuthentication(TokenAuthentication):
-    """Token authentication that counts wrong tokens and refuses a client over the limit."""
+    """Token authentication that counts wrong tokens and refuses a client over the limit.
+
+    The token's lookup also reads its user's permissions, in the same statement,
+    so the request's permission checks (``has_perm``) need no query of their own.
+    They are read with every request: a permission granted or removed counts
+    from the next request.
+    """
 
     def authenticate(self, request):
         # Only requests that present a token are counted and refused: a session user
@@ -93,3 +157,22 @@ class LimitedTokenAuthentication(TokenAuthentication):
         except exceptions.AuthenticationFailed:
             record_failure(request)
             raise
+
+    def authenticate_credentials(self, key):
+        sql = _token_lookup_sql()
+        if sql is None:
+            return super().authenticate_credentials(key)
+        # A raw query of the user model converts its columns as the ORM does; the
+        # other columns become attributes of the user.
+        user = next(iter(get_user_model()._default_manager.raw(sql, [key])), None)
+        if user is None:
+            raise exceptions.AuthenticationFailed(_("Invalid token."))
+        if not user.is_active:
+            raise exceptions.AuthenticationFailed(_("User inactive or deleted."))
+        # ModelBackend's own per-user cache of get_all_permissions(). A superuser has
+        # every permission without a lookup, so theirs is left for ModelBackend to read.
+        if not user.is_superuser:
+            user._perm_cache = set(user.permission_names)
+        token = self.get_model()(key=user.token_key, user=user, created=user.token_created)
+        token._state.adding, token._state.db = False, user._state.db
+        return user, token

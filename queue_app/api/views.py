@@ -43,6 +43,7 @@ from queue_app.api.serializers import (
     JobLogSerializer,
     JobSerializer,
     StatsSerializer,
+    job_body,
 )
 from queue_app.exceptions import JobsRejected, QueueError
 from queue_app.models import Job
@@ -127,9 +128,7 @@ class JobViewSet(QueueAPIDefaults, mixins.ListModelMixin, mixins.RetrieveModelMi
         return job
 
     def _respond_with_job(self, job: Job, status_code: int = status.HTTP_200_OK, **kwargs: Any) -> Response:
-        return Response(
-            JobSerializer(job, context=self.get_serializer_context()).data, status=status_code, **kwargs
-        )
+        return Response(job_body(job, self.request), status=status_code, **kwargs)
 
     @extend_schema(
         summary="Submit a job",
@@ -206,7 +205,7 @@ class JobViewSet(QueueAPIDefaults, mixins.ListModelMixin, mixins.RetrieveModelMi
         except JobsRejected as rejected:
             raise BulkRejected([queue_item_error(error) for error in rejected.errors], len(items)) from None
         created = any(job.was_created for job in jobs)
-        data = {"jobs": JobSerializer(jobs, many=True, context=self.get_serializer_context()).data}
+        data = {"jobs": [job_body(job, request) for job in jobs]}
         return Response(data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     @staticmethod
