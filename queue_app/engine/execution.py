@@ -82,25 +82,20 @@ def claim(
 
     ``completions`` (the caller's previous jobs) are written in the same
     transaction, as ``complete_jobs`` would; the ids the fence let through are
-    in ``Claim.completed``. The statements go out together (psycopg's pipeline
-    mode): one round trip, then the commit.
+    in ``Claim.completed`` (a fenced one's log row is written just after). The
+    statements and the commit go out together (``sql.one_round_trip``).
     """
     if not ids:
         return Claim([], {}, complete_jobs(completions) if completions else set())
     metrics.prepare()
     lease = queue_settings().LEASE_SECONDS
     valid_ids = [str(pk) for pk in selectors.valid_ids(ids)]
-    with (
-        transaction.atomic(savepoint=False),
-        sql.prepared() as done_cursor,
-        sql.prepared() as lock_cursor,
-        sql.prepared() as cursor,
-    ):
+    with sql.prepared() as done_cursor, sql.prepared() as lock_cursor, sql.prepared() as cursor:
         if queues is None:
             cursor.execute(sql.query("claim_queues"), {"ids": valid_ids})
             queues = dict(cursor.fetchall())
         names = sorted(queues)
-        with connection.connection.pipeline():
+        with sql.one_round_trip():
             if completions:
                 done_cursor.execute(*_completion_statement(completions))
             # Its own statement: the claim's snapshot must be taken after the locks are granted.
@@ -143,7 +138,7 @@ def claim(
         )
     metrics.jobs_started((row[1], row[2], row[9]) for row in rows if row[7])
     if claimed:
-        log.info("jobs_claimed", count=len(claimed), worker=worker_id)
+        log.debug("jobs_claimed", count=len(claimed), worker=worker_id)
     if held_back:
         log.debug("jobs_held_back_by_queue_controls", queues={q: len(v) for q, v in held_back.items()})
     settled = {job.id for job in claimed} | {job_id for v in held_back.values() for job_id in v}
@@ -208,7 +203,7 @@ def _completed(completions: Sequence[Completion], written: list[tuple]) -> set[s
     for job_id in done:
         log.debug("job_completed", job_id=job_id)
     if done:
-        log.info("jobs_completed", count=len(done))
+        log.debug("jobs_completed", count=len(done))
     return done
 
 

@@ -14,6 +14,7 @@ cursors, so PostgreSQL parses and plans each once per connection.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Iterator
@@ -79,3 +80,32 @@ class _LoggedCursor(psycopg.Cursor):
             return super().execute(query, params, **kwargs)
         finally:
             connection.queries_log.append({"sql": query, "time": f"{time.monotonic() - started:.3f}"})
+
+
+@contextmanager
+def one_round_trip() -> Iterator[None]:
+    """Statements executed on ``prepared()`` cursors inside go out together, as one transaction.
+
+    In autocommit, the block is wrapped in an explicit BEGIN ... COMMIT sent in
+    psycopg's pipeline mode: one network round trip in all, the commit's wait
+    included (a Django transaction costs three: BEGIN, the statements, COMMIT).
+    Inside a Django transaction, the statements share one round trip and the
+    caller's commit follows. Results are read after the block.
+    """
+    connection.ensure_connection()
+    raw = connection.connection
+    with connection.wrap_database_errors:
+        if connection.in_atomic_block:
+            with raw.pipeline():
+                yield
+            return
+        try:
+            with raw.pipeline():
+                raw.execute("BEGIN")
+                yield
+                raw.execute("COMMIT")
+        except BaseException:
+            if raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                with contextlib.suppress(psycopg.Error):
+                    raw.execute("ROLLBACK")
+            raise
