@@ -67,6 +67,35 @@ def _wake(pipe, queue: str) -> None:
     pipe.ltrim(wake_key(queue), 0, 0)
 
 
+# Adds ARGV (score, member pairs) to a queue's priority set (KEYS[1]) and leaves one
+# wake token (KEYS[2]): all a job enqueued ready needs, in one command.
+_PUSH_READY = """
+redis.call('ZADD', KEYS[1], unpack(ARGV))
+redis.call('LPUSH', KEYS[2], 1)
+redis.call('LTRIM', KEYS[2], 0, 0)
+"""
+# Pairs per script call: Lua's unpack takes a few thousand values at most.
+_PUSH_CHUNK = 1000
+_push_scripts: dict[int, Script] = {}
+
+
+def push_ready(client: redis.Redis, queue: str, members: Sequence[tuple[float, str]]) -> None:
+    """Make just-created jobs ready in a priority queue, as (score, member) pairs, and wake a
+    worker: one script call per thousand jobs, in one round trip."""
+    script = _push_scripts.get(id(client))
+    if script is None:
+        script = _push_scripts[id(client)] = client.register_script(_PUSH_READY)
+    keys = [priority_key(queue), wake_key(queue)]
+    chunks = [members[i : i + _PUSH_CHUNK] for i in range(0, len(members), _PUSH_CHUNK)]
+    if len(chunks) == 1:
+        script(keys=keys, args=[value for pair in chunks[0] for value in pair], client=client)
+        return
+    pipe = client.pipeline(transaction=False)
+    for chunk in chunks:
+        script(keys=keys, args=[value for pair in chunk for value in pair], client=pipe)
+    pipe.execute()
+
+
 def wake(client: redis.Redis, queue: str) -> None:
     """Leave a wake token for the queue (e.g. when it is resumed)."""
     pipe = client.pipeline(transaction=False)

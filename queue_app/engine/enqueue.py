@@ -272,14 +272,15 @@ def _dispatch(rows: list[dict[str, Any]]) -> None:
     A failure only costs time: the relay sends the rows of jobs still queued
     once their RELAY_GRACE_SECONDS have passed.
     """
-    intents = [
-        broker.Intent("enqueue", str(row["id"]), row["queue"], False, row["score"], row["member"])
-        for row in rows
-    ]
+    by_queue: dict[str, list[tuple[float, str]]] = {}
+    for row in rows:
+        by_queue.setdefault(row["queue"], []).append((row["score"], row["member"]))
     try:
-        broker.apply(broker.get_client(), intents)
+        client = broker.get_client()
+        for queue, members in by_queue.items():
+            broker.push_ready(client, queue, members)
     except redis.RedisError as exc:
-        log.warning("dispatch_on_commit_failed", count=len(intents), error=str(exc)[:300])
+        log.warning("dispatch_on_commit_failed", count=len(rows), error=str(exc)[:300])
 
 
 _JOB_COLUMNS = [field.attname for field in Job._meta.concrete_fields]
@@ -390,11 +391,12 @@ def enqueue_jobs(requests: Sequence[JobRequest], *, owner=None) -> list[Job]:
             # Raised inside the block: the jobs this call inserted roll back with it.
             raise JobsRejected(key_errors, total=len(requests))
     metrics.jobs_enqueued(job for job in jobs if job.was_created)
+    # Per call, so debug: the job's own log trail records its enqueue for good.
     if len(created_at) == 1:
         job = next(job for job in jobs if job.was_created)
-        log.info("job_enqueued", job_id=str(job.id), type=job.type, queue=job.queue, priority=job.priority)
+        log.debug("job_enqueued", job_id=str(job.id), type=job.type, queue=job.queue, priority=job.priority)
     elif created_at:
-        log.info("jobs_enqueued", count=len(created_at))
+        log.debug("jobs_enqueued", count=len(created_at))
     return jobs
 
 
