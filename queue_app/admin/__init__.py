@@ -504,7 +504,12 @@ class OutboxMessageAdmin(HistoryAdmin):
 
     @admin.display(description="state")
     def state(self, message: OutboxMessage) -> str:
-        kind = "pending" if message.dispatched_at is None else "dispatched"
+        if message.dispatched_at is not None:
+            kind = "dispatched"
+        elif message.dispatch_after is not None and message.dispatch_after > timezone.now():
+            kind = "pushed"  # by its enqueuer, at commit; the relay checks it after the grace
+        else:
+            kind = "pending"
         return format_html('<span class="outbox-state outbox-state-{}">{}</span>', kind, kind)
 
     @admin.display(description="age")

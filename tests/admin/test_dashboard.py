@@ -36,7 +36,7 @@ def relay(jobs, *, popped: bool = False) -> None:
 
 
 @pytest.fixture
-def busy_queues(queues, redis_client):
+def busy_queues(queues, redis_client, relay_path):
     """default: two queued (one relayed), one completed, one failed; emails: one scheduled
     (relayed); reports (FIFO): one queued (relayed) plus a stray id in Redis."""
     default_relayed, default_waiting = make_job(), make_job()

@@ -196,7 +196,7 @@ def test_jobs_cannot_be_added_or_deleted_in_the_admin(admin_client):
     assert Job.objects.filter(id=job.id).exists()
 
 
-def test_log_and_outbox_lists(admin_client):
+def test_log_and_outbox_lists(admin_client, relay_path):
     job = make_job("failed", error="ValueError: outbox and log")
     logs = admin_client.get("/admin/queue_app/joblog/?level__exact=error")
     assert [entry.event for entry in logs.context["cl"].result_list] == ["failed"]

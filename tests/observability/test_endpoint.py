@@ -60,7 +60,7 @@ def test_a_user_with_view_job_reads_it():
 
 
 @pytest.mark.redis
-def test_the_token_reads_gauges_that_match_both_stores():
+def test_the_token_reads_gauges_that_match_both_stores(relay_path):
     for n in range(3):
         enqueue_job("demo.echo", {"n": n})
     enqueue_job("demo.echo", {"n": 9}, priority="high")

@@ -9,7 +9,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from queue_app import broker
-from queue_app.engine import execution
+from queue_app.engine import execution, stats
 from queue_app.models import Job, OutboxMessage
 from queue_app.runtime.relay import Relay
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
@@ -117,3 +117,18 @@ def test_a_repeated_idempotency_key_pushes_nothing_new(redis_client):
     again = enqueue_job("demo.echo", idempotency_key="k")
     assert again.id == first.id and not again.was_created
     assert redis_client.dbsize() == 0
+
+
+def test_the_outbox_backlog_counts_a_pushed_row_only_once_its_grace_is_over(redis_client):
+    enqueue_job("demo.echo")
+    assert stats.queue_stats().outbox_backlog == {}  # in Redis already: nothing to relay
+    make_rows_due()
+    [(pending, oldest)] = stats.queue_stats().outbox_backlog.values()
+    # Waiting for the relay since its grace ended, not since the job was created.
+    assert pending == 1 and oldest == OutboxMessage.objects.get().dispatch_after
+
+
+def test_the_admin_shows_a_row_its_enqueuer_pushed(redis_client, admin_client):
+    enqueue_job("demo.echo")
+    page = admin_client.get("/admin/queue_app/outboxmessage/").content.decode()
+    assert "outbox-state-pushed" in page and "outbox-state-pending" not in page

@@ -14,7 +14,9 @@ from tests.web.server import running
 
 @pytest.fixture(scope="session")
 def production_port(django_db_setup, django_db_blocker) -> int:
-    with django_db_blocker.unblock(), running("runweb") as port:
+    # The tests sharing it leave Redis alone: their jobs wait in the outbox (see
+    # tests/conftest.py), the server's as well.
+    with django_db_blocker.unblock(), running("runweb", JOBQUEUE_DISPATCH_ON_COMMIT="0") as port:
         yield port
 
 

@@ -25,7 +25,8 @@ def token() -> str:
 
 @pytest.fixture(scope="module")
 def web_port(django_db_setup, django_db_blocker) -> int:
-    with django_db_blocker.unblock(), running("runweb") as port:
+    # Its tests leave Redis alone: jobs wait in the outbox (see tests/conftest.py).
+    with django_db_blocker.unblock(), running("runweb", JOBQUEUE_DISPATCH_ON_COMMIT="0") as port:
         yield port
 
 

@@ -26,10 +26,13 @@ SELECT queue, status, count(*) AS jobs,
  GROUP BY queue, status
 
 -- name: outbox_backlog_by_queue
--- Served by the partial index on undispatched rows.
-SELECT queue, count(*) AS pending, min(created_at) AS oldest
+-- Rows the relay has yet to send: undispatched, and past their dispatch_after
+-- when their enqueuer pushed them itself (within it they are in Redis already);
+-- such a row waits from then. Served by the partial index on undispatched rows.
+SELECT queue, count(*) AS pending, min(coalesce(dispatch_after, created_at)) AS oldest
   FROM job_outbox
  WHERE dispatched_at IS NULL
+   AND (dispatch_after IS NULL OR dispatch_after <= statement_timestamp())
  GROUP BY queue
 
 -- name: oldest_due_queued
