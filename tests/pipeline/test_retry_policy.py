@@ -16,6 +16,8 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
 # PostgreSQL keeps microseconds: a delay of d seconds is stored to the nearest one.
 MICROSECOND = 1e-6
+# How long a loaded machine may stall a transaction between its now() and a later statement.
+STALL_ALLOWANCE = 0.1
 
 
 def events(job) -> list[str]:
@@ -155,7 +157,9 @@ def test_a_job_hard_killed_with_attempts_left_is_retried_then_fails_when_none_ar
     retry = JobLog.objects.get(job_id=job.id, event="retry_scheduled")
     assert "JobTimeLimitExceeded" in retry.message and "process killed" in retry.message
     (delay,) = observed_delays(job)
-    assert 0.25 - MICROSECOND <= delay <= 0.5 + MICROSECOND
+    # The observed delay is the drawn one (0.25 to 0.5 s) less however long the failing
+    # transaction stalled before its log row (observed_delays): allow 0.1 s of stall.
+    assert 0.25 - STALL_ALLOWANCE <= delay <= 0.5 + MICROSECOND
     # Both attempts really ran (and were killed), each in a worker process of its own.
     executions = list(Execution.objects.filter(job_id=job.id).order_by("attempt"))
     assert [e.attempt for e in executions] == [1, 2] and executions[0].pid != executions[1].pid
