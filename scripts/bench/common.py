@@ -34,7 +34,7 @@ class Workload:
     jobs: int = 5_000
     latency_rate: float = 200.0
     latency_seconds: float = 10.0
-    saturation_jobs: int = 2_000
+    saturation_jobs: int = 1_000
     timeout: float = 300.0
 
 

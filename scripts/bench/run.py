@@ -5,8 +5,9 @@
 Every system runs the same no-op workload on the same PostgreSQL and Redis
 (BENCH_DATABASE_URL, BENCH_REDIS_URL; default the local servers) in
 databases of its own (bench_*) and Redis databases 8-10, which it EMPTIES.
-This project runs first and last; each system's figures are medians of
-``--rounds`` repetitions, each repetition in a fresh process. Prints a table
+This project runs first (``--rounds`` - 1 repetitions) and last (one), to show the
+machine's drift; each system's figures are medians of ``--rounds`` repetitions,
+each repetition in a fresh process. Prints a table
 with the ratios ours / peer and writes everything as JSON.
 """
 
@@ -88,7 +89,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, help="jobs per enqueue and drain (default 5,000)")
     parser.add_argument("--systems", default="ours," + ",".join(PEERS), help="comma-separated; default all")
     parser.add_argument("--reconcile-jobs", type=int, help="queued jobs to reconcile (default 1,000,000)")
-    parser.add_argument("--http-requests", type=int, help="POST /api/jobs/ requests (default 5,000)")
+    parser.add_argument("--http-requests", type=int, help="POST /api/jobs/ requests (default 3,000)")
     parser.add_argument(
         "--json", default=str(ROOT / "artifacts" / "bench" / "results.json"), help="output file"
     )
@@ -101,7 +102,7 @@ def main() -> int:
     reconcile_jobs = (
         args.reconcile_jobs if args.reconcile_jobs is not None else (10_000 if args.quick else 1_000_000)
     )
-    http_requests = args.http_requests if args.http_requests is not None else (500 if args.quick else 5_000)
+    http_requests = args.http_requests if args.http_requests is not None else (500 if args.quick else 3_000)
     systems = [name.strip() for name in args.systems.split(",") if name.strip()]
     unknown = [name for name in systems if name != "ours" and name not in PEERS]
     if unknown:
@@ -122,11 +123,11 @@ def main() -> int:
 
     phase_seconds: dict[str, float] = {}
 
-    def measure(system: str, position: str) -> None:
+    def measure(system: str, position: str, repetitions: int) -> None:
         module = "ours" if system == "ours" else PEERS[system]
         phase_started = time.monotonic()
-        for index in range(rounds):
-            print(f"  {system} ({position}) round {index + 1}/{rounds} ...", file=sys.stderr, flush=True)
+        for index in range(repetitions):
+            print(f"  {system} ({position}) round {index + 1}/{repetitions} ...", file=sys.stderr, flush=True)
             run = run_child("runner.py", module, spec, env=env)
             run.setdefault("system", system)
             run["position"] = position
@@ -137,18 +138,22 @@ def main() -> int:
 
     peers = [name for name in systems if name != "ours"]
     if "ours" in systems:
-        measure("ours", "first")
+        measure("ours", "first", max(1, rounds - 1))
         if http_requests:
             print(f"  ours HTTP submit, {http_requests} requests ...", file=sys.stderr, flush=True)
+            phase_started = time.monotonic()
             http = [run_child("ours_http.py", str(http_requests), env=env) for _ in range(rounds)]
             results["http"] = http
+            phase_seconds["ours HTTP"] = time.monotonic() - phase_started
     for peer in peers:
-        measure(peer, "middle")
+        measure(peer, "middle", rounds)
     if "ours" in systems:
-        measure("ours", "last")
+        measure("ours", "last", 1)
         if reconcile_jobs:
             print(f"  ours reconcile, {reconcile_jobs:,} queued jobs ...", file=sys.stderr, flush=True)
+            phase_started = time.monotonic()
             results["reconcile"] = run_child("reconcile.py", str(reconcile_jobs), env=env)
+            phase_seconds["ours reconcile"] = time.monotonic() - phase_started
 
     by_system: dict[str, list[dict]] = {}
     for run in results["runs"]:
