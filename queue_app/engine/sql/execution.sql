@@ -16,13 +16,15 @@
 WITH clock AS MATERIALIZED (
     SELECT clock_timestamp() AS at
 ), candidates AS (
-    -- id = ANY(...): primary-key look-ups, whatever the table's size (a join to the
-    -- unnested ids may be planned as a scan of the whole table).
+    -- Primary-key look-ups only, whatever the statistics say: a join to the unnested ids
+    -- may be planned as a scan of the whole table, and a status the statistics call rare
+    -- ('queued', among a million completed jobs) as a scan of every queued job, per claim.
+    -- So the status test is an expression no index matches (status || '').
     SELECT jobs.id, jobs.queue,
            row_number() OVER (PARTITION BY jobs.queue ORDER BY array_position(%(ids)s::uuid[], jobs.id)) AS place
       FROM jobs
      WHERE jobs.id = ANY(%(ids)s::uuid[])
-       AND jobs.status = ANY(%(sources)s)
+       AND jobs.status || '' = ANY(%(sources)s)
        AND (jobs.next_retry_at IS NULL OR jobs.next_retry_at <= now())
 ), buckets AS (
     SELECT q.name, q.paused, q.concurrency_limit, q.rate_limit,
@@ -57,7 +59,7 @@ WITH clock AS MATERIALIZED (
            next_retry_at = NULL, worker_id = %(worker)s,
            lease_expires_at = now() + make_interval(secs => %(lease)s)
       FROM chosen
-     WHERE jobs.id = chosen.id AND jobs.status = ANY(%(sources)s)
+     WHERE jobs.id = chosen.id AND jobs.status || '' = ANY(%(sources)s)  -- by primary key (see candidates)
        AND (jobs.next_retry_at IS NULL OR jobs.next_retry_at <= now())
  RETURNING jobs.id, jobs.type, jobs.queue, jobs.payload, jobs.attempts, jobs.max_attempts, jobs.fence,
            jobs.trace_context, jobs.enqueued_at
