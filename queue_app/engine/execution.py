@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -54,8 +54,6 @@ class Claim:
 
     jobs: list[ClaimedJob]
     held_back: dict[str, list[str]]  # queue -> ids, in pop order
-    # The ids of the completions written with the claim that the fence let through.
-    completed: set[str] = field(default_factory=set)
 
 
 def claim_jobs(ids: Sequence[str], *, worker_id: str) -> list[ClaimedJob]:
@@ -81,12 +79,13 @@ def claim(
     and skips the row.
 
     ``completions`` (the caller's previous jobs) are written in the same
-    transaction, as ``complete_jobs`` would; the ids the fence let through are
-    in ``Claim.completed`` (a fenced one's log row is written just after). The
-    statements and the commit go out together (``sql.one_round_trip``).
+    transaction, as ``complete_jobs`` would (a fenced one's log row is written
+    just after). The statements and the commit go out together
+    (``sql.one_round_trip``).
     """
     if not ids:
-        return Claim([], {}, complete_jobs(completions) if completions else set())
+        complete_jobs(completions)
+        return Claim([], {})
     metrics.prepare()
     lease = queue_settings().LEASE_SECONDS
     valid_ids = [str(pk) for pk in selectors.valid_ids(ids)]
@@ -113,7 +112,8 @@ def claim(
                     **table_params("claim"),
                 },
             )
-        completed = _completed(completions, done_cursor.fetchall()) if completions else set()
+        if completions:
+            _completed(completions, done_cursor.fetchall())
         rows = cursor.fetchall()
     held_back: dict[str, list[str]] = {}
     # Run in pop order (priority, then age); RETURNING order is unspecified.
@@ -144,7 +144,7 @@ def claim(
     settled = {job.id for job in claimed} | {job_id for v in held_back.values() for job_id in v}
     if len(settled) < len(set(ids)):
         _log_unclaimed(set(ids) - settled)
-    return Claim(claimed, held_back, completed)
+    return Claim(claimed, held_back)
 
 
 def _json(value: Any) -> Any:

@@ -195,10 +195,9 @@ class Worker:
         (a stale set is harmless: handing back a settled job is a fenced no-op)."""
         current = self.current
         if self.running is not None:
-            if current is None:
-                self.running.set(None, None, None)
-            else:
-                self.running.set(current.id, current.fence, self._hard_deadline)
+            self.running.set(
+                current and current.id, current and current.fence, current and self._hard_deadline
+            )
         if self.supervisor_pipe is None or not (with_held or self.slots is not None):
             return
         report = ChildReport(
