@@ -158,3 +158,42 @@ def test_bulks_sharing_keys_in_opposite_orders_do_not_deadlock():
         assert forward == backward
         assert sum(job.was_created for job in results["forward"] + results["backward"]) == size
     assert Job.objects.count() == OutboxMessage.objects.count() == JobLog.objects.count() == rounds * size
+
+
+def _prepared_statements() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall()]
+
+
+def _forget_prepared_statements() -> None:
+    """A pooled connection keeps what earlier tests prepared: start from none."""
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")
+    assert _prepared_statements() == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_enqueue_statement_runs_prepared_on_the_connection():
+    """Django opens connections with prepare_threshold None, on which psycopg prepares
+    nothing even when asked to: the hot statements must be prepared all the same."""
+    _forget_prepared_statements()
+    enqueue_job("demo.echo")
+    enqueue_job("demo.echo")
+    [statement] = _prepared_statements()
+    assert "INSERT INTO jobs" in statement
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_prepare_threshold_in_the_options_is_obeyed():
+    """Behind PgBouncer in transaction mode (DATABASE_PGBOUNCER) the OPTIONS say None: never prepare."""
+    options = connection.settings_dict.setdefault("OPTIONS", {})
+    options["prepare_threshold"] = None
+    try:
+        _forget_prepared_statements()
+        connection.connection.prepare_threshold = None  # as Django opens it with those OPTIONS
+        for _ in range(10):
+            enqueue_job("demo.echo")
+        assert _prepared_statements() == []
+    finally:
+        del options["prepare_threshold"]

@@ -66,8 +66,22 @@ def prepared() -> Iterator[psycopg.Cursor]:
     as from ``connection.cursor()``.
     """
     connection.ensure_connection()
-    with connection.wrap_database_errors, _LoggedCursor(connection.connection) as cursor:
+    raw = connection.connection
+    if raw.prepare_threshold is None and _may_prepare():
+        # psycopg prepares nothing on a connection whose threshold is None, even when
+        # asked to; Django's own cursors bind on the client and never prepare anyway.
+        raw.prepare_threshold = PREPARE_THRESHOLD
+    with connection.wrap_database_errors, _LoggedCursor(raw) as cursor:
         yield cursor
+
+
+# psycopg's own default; only our cursors, which ask on every statement, are affected.
+PREPARE_THRESHOLD = 5
+
+
+def _may_prepare() -> bool:
+    """False when the database OPTIONS name a prepare_threshold (None behind PgBouncer)."""
+    return "prepare_threshold" not in connection.settings_dict.get("OPTIONS", {})
 
 
 class _LoggedCursor(psycopg.Cursor):
@@ -75,7 +89,7 @@ class _LoggedCursor(psycopg.Cursor):
     its own (DEBUG, or a test counting queries), so they count like any other query."""
 
     def execute(self, query, params=None, **kwargs):
-        if "prepare_threshold" not in connection.settings_dict.get("OPTIONS", {}):
+        if _may_prepare():
             kwargs.setdefault("prepare", True)
         if not connection.queries_logged:
             return super().execute(query, params, **kwargs)
