@@ -22,7 +22,8 @@ with its promotion) puts them back where they were.
 Redis holds ids only; losing it loses the schedule, never the work.
 
 Modules: ``keys`` (names), ``scores`` (exact float64 scores), ``client`` (one
-client per process, plain or cluster), ``ready`` (apply intents, pop into flight, acknowledge,
+client per process, plain or cluster), ``push`` (just-committed jobs made ready
+without waiting for the answer), ``ready`` (apply intents, pop into flight, acknowledge,
 return expired ids, wait, promote, depths), ``repair`` (the reconciler's look-ups,
 scans and restores). Callers use the names re-exported here: ``broker.apply``,
 ``broker.priority_key``, ...
@@ -41,6 +42,7 @@ from queue_app.broker.keys import (
     retry_key,
     wake_key,
 )
+from queue_app.broker.push import send_ready
 from queue_app.broker.ready import (
     INFLIGHT_SECONDS,
     Intent,
@@ -88,6 +90,7 @@ __all__ = [
     "acknowledge",
     "apply",
     "push_ready",
+    "send_ready",
     "connect",
     "contains",
     "depths",

@@ -69,13 +69,13 @@ def _wake(pipe, queue: str) -> None:
 
 # Adds ARGV (score, member pairs) to a queue's priority set (KEYS[1]) and leaves one
 # wake token (KEYS[2]): all a job enqueued ready needs, in one command.
-_PUSH_READY = """
+PUSH_READY_SCRIPT = """
 redis.call('ZADD', KEYS[1], unpack(ARGV))
 redis.call('LPUSH', KEYS[2], 1)
 redis.call('LTRIM', KEYS[2], 0, 0)
 """
 # Pairs per script call: Lua's unpack takes a few thousand values at most.
-_PUSH_CHUNK = 1000
+PUSH_CHUNK = 1000
 _push_scripts: dict[int, Script] = {}
 
 
@@ -84,9 +84,9 @@ def push_ready(client: redis.Redis, queue: str, members: Sequence[tuple[float, s
     worker: one script call per thousand jobs, in one round trip."""
     script = _push_scripts.get(id(client))
     if script is None:
-        script = _push_scripts[id(client)] = client.register_script(_PUSH_READY)
+        script = _push_scripts[id(client)] = client.register_script(PUSH_READY_SCRIPT)
     keys = [priority_key(queue), wake_key(queue)]
-    chunks = [members[i : i + _PUSH_CHUNK] for i in range(0, len(members), _PUSH_CHUNK)]
+    chunks = [members[i : i + PUSH_CHUNK] for i in range(0, len(members), PUSH_CHUNK)]
     if len(chunks) == 1:
         script(keys=keys, args=[value for pair in chunks[0] for value in pair], client=client)
         return

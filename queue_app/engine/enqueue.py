@@ -12,7 +12,6 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
-import redis
 import structlog
 from django.db import connection, transaction
 from django.utils import timezone
@@ -267,7 +266,8 @@ def _insert(cursor, rows: list[dict[str, Any]], owner, trace_context) -> dict[uu
 
 
 def _dispatch(rows: list[dict[str, Any]]) -> None:
-    """Push committed direct jobs to their ready sets and wake a worker (one round trip).
+    """Push committed direct jobs to their ready sets and wake a worker, without waiting
+    for Redis's answer (``broker.send_ready``).
 
     A failure only costs time: the relay sends the rows of jobs still queued
     once their RELAY_GRACE_SECONDS have passed.
@@ -276,10 +276,8 @@ def _dispatch(rows: list[dict[str, Any]]) -> None:
     for row in rows:
         by_queue.setdefault(row["queue"], []).append((row["score"], row["member"]))
     try:
-        client = broker.get_client()
-        for queue, members in by_queue.items():
-            broker.push_ready(client, queue, members)
-    except redis.RedisError as exc:
+        broker.send_ready(broker.get_client(), by_queue)
+    except broker.REDIS_ERRORS as exc:
         log.warning("dispatch_on_commit_failed", count=len(rows), error=str(exc)[:300])
 
 

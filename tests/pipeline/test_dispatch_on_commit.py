@@ -4,7 +4,6 @@ commit; the outbox row stays as the safety net the relay checks RELAY_GRACE_SECO
 from datetime import timedelta
 
 import pytest
-import redis
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -66,17 +65,50 @@ def test_a_push_lost_before_it_reached_redis_is_sent_by_the_relay_after_the_grac
     assert OutboxMessage.objects.get(job=job).dispatched_at is not None
 
 
-def test_redis_down_at_enqueue_still_creates_the_job_and_the_relay_sends_it(redis_client, monkeypatch):
-    def refuse(client, intents):
-        raise redis.ConnectionError("Redis is down")
-
-    monkeypatch.setattr(broker, "apply", refuse)
+def test_redis_down_at_enqueue_still_creates_the_job_and_the_relay_sends_it(redis_client, settings):
+    reachable, settings.REDIS_URL = settings.REDIS_URL, "redis://127.0.0.1:1/0"  # nothing listens there
     job = enqueue_job("demo.echo")  # PostgreSQL is the record: the enqueue succeeds
-    monkeypatch.undo()
+    settings.REDIS_URL = reachable
     assert Job.objects.get(id=job.id).status == "queued"
     make_rows_due()
     assert Relay().drain() == 1
     assert ready_ids(redis_client) == [str(job.id)]
+
+
+def test_the_push_does_not_wait_for_its_answer_and_the_next_one_reads_it(redis_client):
+    first = enqueue_job("demo.echo")
+    sender = broker.push._sender(redis_client)
+    assert sender.unread == 1  # written, not yet answered
+    second = enqueue_job("demo.echo")
+    assert sender.unread == 1  # the first answer read before the second push went out
+    assert ready_ids(redis_client) == [str(first.id), str(second.id)]
+
+
+def test_a_push_on_a_connection_redis_closed_goes_out_on_a_new_one(redis_client):
+    enqueue_job("demo.echo")
+    sender = broker.push._sender(redis_client)
+    sender.read_replies()
+    redis_client.client_kill_filter(_id=_client_id(redis_client, sender))
+    job = enqueue_job("demo.echo")
+    assert str(job.id) in ready_ids(redis_client)
+
+
+def _client_id(client, sender) -> int:
+    """The Redis client id of the sender's connection, found by its local port."""
+    port = sender.connection._sock.getsockname()[1]  # noqa: SLF001 - the test finds its peer
+    [match] = [entry for entry in client.client_list() if entry["addr"].endswith(f":{port}")]
+    return int(match["id"])
+
+
+def test_an_error_answer_is_logged_and_later_pushes_still_land(redis_client, caplog):
+    redis_client.set(broker.priority_key("default"), "not a sorted set")
+    enqueue_job("demo.echo")  # its push fails in Redis (WRONGTYPE): the relay will send it
+    redis_client.delete(broker.priority_key("default"))
+    job = enqueue_job("demo.echo")
+    assert ready_ids(redis_client) == [str(job.id)]
+    make_rows_due()
+    assert Relay().drain() == 2
+    assert len(ready_ids(redis_client)) == 2
 
 
 def test_the_relay_does_not_send_again_a_job_already_claimed(redis_client):
