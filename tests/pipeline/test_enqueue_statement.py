@@ -110,9 +110,19 @@ def test_returned_jobs_equal_their_stored_rows(django_user_model):
         stored = Job.objects.get(id=job.id)
         assert model_to_dict(job) == model_to_dict(stored)
         assert (job.created_at, job.enqueued_at) == (stored.created_at, stored.enqueued_at)
-        assert not job._state.adding
+        assert not job._state.adding and job._state.db == "default"
+        if job.was_created:  # built from what was sent, with every field set: none is read back
+            assert set(job.get_deferred_fields()) == set()
     assert [job.was_created for job in returned] == [True, True, True] and not again.was_created
     assert again.id == returned[0].id
+
+
+def test_job_has_no_init_signal_receivers():
+    """Created jobs are built without Model.__init__ (enqueue._loaded_job): a receiver
+    of pre_init or post_init for Job would not run for them."""
+    from django.db.models.signals import post_init, pre_init
+
+    assert not pre_init.has_listeners(Job) and not post_init.has_listeners(Job)
 
 
 def _race_two_bulks(forward: list[JobRequest], backward: list[JobRequest]) -> dict[str, list[Job]]:
