@@ -58,10 +58,6 @@ HELD_BACK_PAUSE_SECONDS = 0.1
 # The longest a claimed id stays in its in-flight set when no pop comes to acknowledge
 # it (the heartbeat thread does then); well inside broker.INFLIGHT_SECONDS.
 ACK_DELAY_SECONDS = 1.0
-# How long an idle worker keeps finished jobs' completions for a next job's claim to
-# write in its own commit, before it writes them on their own: one commit per job
-# instead of two when jobs arrive one at a time.
-COMPLETION_WRITE_DELAY_SECONDS = 0.02
 
 
 class _Fenced(Exception):
@@ -118,8 +114,6 @@ class Worker:
         self.held: dict[str, int] = {}
         self.lost: set[str] = set()
         self.completions: list[Completion] = []
-        # When the oldest completion not yet written was made (monotonic).
-        self._completions_since = 0.0
         # Claimed in the current batch and not started yet (the heartbeat thread may
         # release them while a handler runs: both threads take them under the lock).
         self.unstarted: list[ClaimedJob] = []
@@ -267,12 +261,7 @@ class Worker:
             return True
         popped = self._reserve(client)
         if not popped:
-            if self.completions:
-                left = COMPLETION_WRITE_DELAY_SECONDS - (time.monotonic() - self._completions_since)
-                if left > 0:
-                    # Not under a millisecond: Redis reads a timeout that rounds to 0 ms as "forever".
-                    broker.wait_for_work(client, self.queues, max(left, 0.002))
-                    return True
+            # Nothing to claim, so no claim to carry them: finished jobs are written now.
             self._flush_completions()
             if self.burst and not self.held and not self._work_left():
                 return False
@@ -617,8 +606,6 @@ class Worker:
         else:
             if outcome is not None:
                 with self._batch_lock:  # the heartbeat thread may be taking the list
-                    if not self.completions:
-                        self._completions_since = time.monotonic()
                     self.completions.append(outcome)
             else:
                 self.held.pop(job.id, None)
