@@ -1,8 +1,8 @@
-"""HTTP submit: ``POST /api/jobs/`` from keep-alive clients against gunicorn with 2 processes.
+"""HTTP submit: ``POST /api/jobs/`` from keep-alive clients against ``manage.py runweb``.
 
-gunicorn's sync workers close the connection after each response, so the
-server runs the threaded worker (``-k gthread``), which keeps connections
-alive: 2 processes x 4 threads for 8 clients.
+The production server command (gunicorn with jobsite/gunicorn_conf.py: threaded
+workers, which keep connections alive), sized by its settings to 2 processes x 4
+threads for 8 clients.
 
     python ours_http.py <requests> [clients]
 
@@ -67,22 +67,14 @@ def main() -> None:
     user, _ = get_user_model().objects.get_or_create(username="bench")
     token, _ = Token.objects.get_or_create(user=user)
     port = free_port()
-    server = spawn(
-        [
-            python(),
-            "-m",
-            "gunicorn",
-            "jobsite.wsgi",
-            f"--workers={SERVER_PROCESSES}",
-            "--worker-class=gthread",
-            f"--threads={THREADS_PER_PROCESS}",
-            f"--bind=127.0.0.1:{port}",
-            "--keep-alive=30",
-            "--log-level=warning",
-        ],
-        environment(),
-        "gunicorn",
-    )
+    # The production server command, sized by its settings as a deployment would be.
+    server_env = {
+        **environment(),
+        "WEB_WORKERS": str(SERVER_PROCESSES),
+        "WEB_THREADS": str(THREADS_PER_PROCESS),
+        "WEB_KEEPALIVE": "30",
+    }
+    server = spawn([python(), "manage.py", "runweb", f"--bind=127.0.0.1:{port}"], server_env, "gunicorn")
     failures: list[str] = []
     try:
         wait_until(lambda: healthy(port), timeout=60, what="gunicorn to answer /api/health/")
