@@ -303,7 +303,10 @@ structlog.configure(
     wrapper_class=structlog.make_filtering_bound_logger(LOG_LEVEL),
     # One write per line, so processes sharing stderr never interleave within a line.
     logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
-    cache_logger_on_first_use=False,
+    # Each module's logger is bound once, not again for every call (a filtered-out
+    # debug call then costs a no-op call); the test settings turn this off so that
+    # structlog.testing.capture_logs sees every logger.
+    cache_logger_on_first_use=True,
 )
 
 LOGGING = {

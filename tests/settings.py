@@ -8,6 +8,8 @@ inherit this module through DJANGO_SETTINGS_MODULE.
 import os
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+import structlog
+
 from jobsite.settings import *  # noqa: F403
 from jobsite.settings import CACHE_URL, CACHES, INSTALLED_APPS, REDIS_URL
 
@@ -22,6 +24,9 @@ def _with_db(url: str, db: str) -> str:
         return f"unix://{parts.netloc}{parts.path}?{urlencode(query)}"
     return urlunsplit(parts._replace(path=f"/{db}"))
 
+
+# structlog.testing.capture_logs cannot see loggers cached on first use.
+structlog.configure(cache_logger_on_first_use=False)
 
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.probe"]
 _TEST_DB = os.environ.get("REDIS_TEST_DB", "15")
