@@ -159,7 +159,7 @@ if _env_bool("DATABASE_POOL", True):
 
 # Behind PgBouncer in transaction mode: no server-side cursors, no prepared statements.
 if _env_bool("DATABASE_PGBOUNCER", False):
-    DISABLE_SERVER_SIDE_CURSORS = True
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
     DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = None
 
 # A Redis Cluster for the queue is named redis+cluster://host:port[,host:port...]
