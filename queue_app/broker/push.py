@@ -23,7 +23,7 @@ import structlog
 
 from queue_app.broker.client import REDIS_ERRORS, is_cluster
 from queue_app.broker.keys import priority_key, wake_key
-from queue_app.broker.ready import PUSH_CHUNK, PUSH_READY_SCRIPT, push_ready
+from queue_app.broker.ready import PUSH_READY_SCRIPT, push_ready, push_ready_args
 
 log = structlog.get_logger("queue_app.broker")
 
@@ -95,10 +95,9 @@ def send_ready(client: Any, members_by_queue: Mapping[str, Sequence[tuple[float,
         for queue, members in members_by_queue.items():
             push_ready(client, queue, members)
         return
-    commands = []
-    for queue, members in members_by_queue.items():
-        keys = (priority_key(queue), wake_key(queue))
-        for start in range(0, len(members), PUSH_CHUNK):
-            args = [value for pair in members[start : start + PUSH_CHUNK] for value in pair]
-            commands.append(("EVAL", PUSH_READY_SCRIPT, len(keys), *keys, *args))
+    commands = [
+        ("EVAL", PUSH_READY_SCRIPT, 2, priority_key(queue), wake_key(queue), *args)
+        for queue, members in members_by_queue.items()
+        for args in push_ready_args(members)
+    ]
     _sender(client).send(commands)

@@ -75,8 +75,16 @@ redis.call('LPUSH', KEYS[2], 1)
 redis.call('LTRIM', KEYS[2], 0, 0)
 """
 # Pairs per script call: Lua's unpack takes a few thousand values at most.
-PUSH_CHUNK = 1000
+_PUSH_CHUNK = 1000
 _push_scripts: dict[int, Script] = {}
+
+
+def push_ready_args(members: Sequence[tuple[float, str]]) -> list[list[float | str]]:
+    """The ARGV of each PUSH_READY_SCRIPT call for these (score, member) pairs, a chunk each."""
+    return [
+        [value for pair in members[start : start + _PUSH_CHUNK] for value in pair]
+        for start in range(0, len(members), _PUSH_CHUNK)
+    ]
 
 
 def push_ready(client: redis.Redis, queue: str, members: Sequence[tuple[float, str]]) -> None:
@@ -86,13 +94,13 @@ def push_ready(client: redis.Redis, queue: str, members: Sequence[tuple[float, s
     if script is None:
         script = _push_scripts[id(client)] = client.register_script(PUSH_READY_SCRIPT)
     keys = [priority_key(queue), wake_key(queue)]
-    chunks = [members[i : i + PUSH_CHUNK] for i in range(0, len(members), PUSH_CHUNK)]
+    chunks = push_ready_args(members)
     if len(chunks) == 1:
-        script(keys=keys, args=[value for pair in chunks[0] for value in pair], client=client)
+        script(keys=keys, args=chunks[0], client=client)
         return
     pipe = client.pipeline(transaction=False)
-    for chunk in chunks:
-        script(keys=keys, args=[value for pair in chunk for value in pair], client=pipe)
+    for args in chunks:
+        script(keys=keys, args=args, client=pipe)
     pipe.execute()
 
 

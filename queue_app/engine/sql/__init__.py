@@ -67,30 +67,20 @@ def prepared() -> Iterator[psycopg.Cursor]:
     """
     connection.ensure_connection()
     raw = connection.connection
-    if raw.prepare_threshold is None and _may_prepare():
-        # psycopg prepares nothing on a connection whose threshold is None, even when
-        # asked to; Django's own cursors bind on the client and never prepare anyway.
-        raw.prepare_threshold = PREPARE_THRESHOLD
+    if raw.prepare_threshold is None and "prepare_threshold" not in connection.settings_dict["OPTIONS"]:
+        # psycopg prepares nothing on a connection whose threshold is None. At 0 it prepares
+        # a statement on its first run, on cursors that bind on the server: these, since
+        # Django's own bind on the client and never prepare.
+        raw.prepare_threshold = 0
     with connection.wrap_database_errors, _LoggedCursor(raw) as cursor:
         yield cursor
 
 
-# psycopg's own default; only our cursors, which ask on every statement, are affected.
-PREPARE_THRESHOLD = 5
-
-
-def _may_prepare() -> bool:
-    """False when the database OPTIONS name a prepare_threshold (None behind PgBouncer)."""
-    return "prepare_threshold" not in connection.settings_dict.get("OPTIONS", {})
-
-
 class _LoggedCursor(psycopg.Cursor):
-    """Prepares its statements (see ``prepared``) and records them where Django records
-    its own (DEBUG, or a test counting queries), so they count like any other query."""
+    """Records its statements where Django records its own (DEBUG, or a test counting
+    queries), so they count like any other query."""
 
     def execute(self, query, params=None, **kwargs):
-        if _may_prepare():
-            kwargs.setdefault("prepare", True)
         if not connection.queries_logged:
             return super().execute(query, params, **kwargs)
         started = time.monotonic()
