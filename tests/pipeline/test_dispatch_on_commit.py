@@ -88,16 +88,15 @@ def test_a_push_on_a_connection_redis_closed_goes_out_on_a_new_one(redis_client)
     enqueue_job("demo.echo")
     sender = broker.push._sender(redis_client)
     sender.read_replies()
-    redis_client.client_kill_filter(_id=_client_id(redis_client, sender))
+    redis_client.client_kill_filter(_id=_client_id(sender))
     job = enqueue_job("demo.echo")
     assert str(job.id) in ready_ids(redis_client)
 
 
-def _client_id(client, sender) -> int:
-    """The Redis client id of the sender's connection, found by its local port."""
-    port = sender.connection._sock.getsockname()[1]  # noqa: SLF001 - the test finds its peer
-    [match] = [entry for entry in client.client_list() if entry["addr"].endswith(f":{port}")]
-    return int(match["id"])
+def _client_id(sender) -> int:
+    """The Redis client id of the sender's connection (every answer on it already read)."""
+    sender.connection.send_command("CLIENT", "ID")
+    return int(sender.connection.read_response())
 
 
 def test_an_error_answer_is_logged_and_later_pushes_still_land(redis_client, caplog):
