@@ -72,6 +72,13 @@ ACTIONS = (
     SKIPPED_UNKNOWN_QUEUE,
 )
 
+# A run logs its first changes of each kind one by one at info, the rest at debug:
+# a small repair keeps its full detail, and restoring a million jobs after a Redis
+# loss does not write a million lines (the summary and metrics count every change).
+CHANGES_LOGGED_PER_ACTION = 100
+# A long run logs (and reports) what it has done so far this often.
+PROGRESS_EVERY_SECONDS = 5.0
+
 # How a dry run describes each change it would make.
 _WOULD = {
     RESTORED_READY: "restore to the ready structure",
@@ -139,6 +146,7 @@ class Reconciler:
         self._script_chunk = min(self.batch_size, 1000)
         self._stop = threading.Event()
         self._counts: Counter = Counter()
+        self._started = self._last_progress = time.monotonic()
 
     def stop(self) -> None:
         """Finish the current batch, then return (safe from a signal handler)."""
@@ -154,6 +162,7 @@ class Reconciler:
         """One full pass; raises the store's error if PostgreSQL or Redis fails mid-way."""
         started = time.monotonic()
         self._counts = Counter()
+        self._started = self._last_progress = started
         client = broker.get_client()
         self._rescue_expired_leases()
         self._prune_stale_ids(client)
@@ -262,6 +271,7 @@ class Reconciler:
             self._record(
                 REMOVED_STALE, job_id=value, queue=queue, structure=structure, reason=reason, status=status
             )
+        self._progress()
         return doomed
 
     # --- 3. missing ids ------------------------------------------------------------
@@ -375,13 +385,35 @@ class Reconciler:
             rows = _fetch(statement, {**params, "after": after, "limit": self.batch_size})
             if rows:
                 yield rows
+                self._progress()
             if len(rows) < self.batch_size:
                 return
             after = rows[-1][0]
 
+    def _progress(self) -> None:
+        now = time.monotonic()
+        if now - self._last_progress < PROGRESS_EVERY_SECONDS:
+            return
+        self._last_progress = now
+        done = {action: count for action, count in self._counts.items() if count}
+        log.info("reconcile_progress", dry_run=self.dry_run, seconds=round(now - self._started, 1), **done)
+        so_far = " ".join(f"{action}={count}" for action, count in done.items()) or "nothing yet"
+        self.report(f"reconcile progress after {now - self._started:.0f}s: {so_far}")
+
     def _record(self, action: str, **fields) -> None:
         self._counts[action] += 1
-        log.info(f"reconcile_{action}", dry_run=self.dry_run, **fields)
+        count = self._counts[action]
+        if count <= CHANGES_LOGGED_PER_ACTION:
+            log.info(f"reconcile_{action}", dry_run=self.dry_run, **fields)
+        else:
+            log.debug(f"reconcile_{action}", dry_run=self.dry_run, **fields)
+        if count == CHANGES_LOGGED_PER_ACTION:
+            log.info(
+                "reconcile_detail_limited",
+                action=action,
+                dry_run=self.dry_run,
+                detail=f"further {action} changes of this run are logged at debug; the summary counts them",
+            )
         if self.dry_run:
             details = " ".join(f"{name}={value}" for name, value in fields.items() if value is not None)
             self.report(f"would {_WOULD[action]}: {details}")

@@ -171,3 +171,37 @@ def test_summary_line_has_every_count():
         "reconcile: restored_ready=2 restored_retry=0 removed_stale=0 requeued_expired=0 "
         "failed_expired=0 skipped_relay_pending=0 skipped_grace=0 skipped_unknown_queue=0 seconds="
     )
+
+
+def test_a_mass_restore_logs_its_first_changes_of_each_kind_then_progress_and_counts(
+    redis_client, monkeypatch
+):
+    """Restoring every job after a Redis loss must not log one info line per job: the first
+    few of each kind in detail, then progress lines, and the summary counts them all."""
+    from structlog.testing import capture_logs
+
+    from queue_app.runtime import reconciler
+
+    monkeypatch.setattr(reconciler, "CHANGES_LOGGED_PER_ACTION", 5)
+    monkeypatch.setattr(reconciler, "PROGRESS_EVERY_SECONDS", 0.0)
+    enqueue(30)
+    enqueue(10, run_at=timezone.now() + timedelta(hours=1))
+    mark_relayed()
+    redis_client.flushdb()
+    reported: list[str] = []
+
+    with capture_logs() as logs:
+        report = Reconciler(batch_size=8, report=reported.append).run_once()
+
+    assert (report.counts["restored_ready"], report.counts["restored_retry"]) == (30, 10)
+    assert len(ready_ids(redis_client, "default")) == 30
+    detailed = [e["event"] for e in logs if e["log_level"] == "info" and "job_id" in e]
+    assert detailed.count("reconcile_restored_ready") == 5
+    assert detailed.count("reconcile_restored_retry") == 5
+    limited = [e["action"] for e in logs if e["event"] == "reconcile_detail_limited"]
+    assert sorted(limited) == ["restored_ready", "restored_retry"]
+    progress = [e for e in logs if e["event"] == "reconcile_progress"]
+    assert len(progress) == 5  # one per page of 8: 40 queued jobs
+    assert progress[-1]["restored_ready"] + progress[-1]["restored_retry"] == 40
+    assert [line for line in reported if line.startswith("reconcile progress after")] != []
+    assert reported[-1].startswith("reconcile: restored_ready=30 restored_retry=10 ")
