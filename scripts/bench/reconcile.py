@@ -79,11 +79,13 @@ def run_reconciler(env: dict[str, str]) -> tuple[float, float, str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
     )
-    summary = child.stdout.read().decode().strip()
+    output = child.stdout.read().decode().strip()
     _, status, usage = os.wait4(child.pid, 0)
     seconds = time.perf_counter() - started
     if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"reconcile_queue failed: {summary}")
+        raise SystemExit(f"reconcile_queue failed: {output}")
+    # A long pass prints progress lines before its summary.
+    summary = output.splitlines()[-1] if output else ""
     return seconds, usage.ru_maxrss / 1024, summary  # ru_maxrss is in KiB on Linux
 
 
