@@ -395,7 +395,7 @@ class Reconciler:
         if now - self._last_progress < PROGRESS_EVERY_SECONDS:
             return
         self._last_progress = now
-        done = {action: count for action, count in self._counts.items() if count}
+        done = {action: self._counts[action] for action in ACTIONS if self._counts[action]}
         log.info("reconcile_progress", dry_run=self.dry_run, seconds=round(now - self._started, 1), **done)
         so_far = " ".join(f"{action}={count}" for action, count in done.items()) or "nothing yet"
         self.report(f"reconcile progress after {now - self._started:.0f}s: {so_far}")
@@ -406,14 +406,14 @@ class Reconciler:
         if count <= CHANGES_LOGGED_PER_ACTION:
             log.info(f"reconcile_{action}", dry_run=self.dry_run, **fields)
         else:
+            if count == CHANGES_LOGGED_PER_ACTION + 1:
+                log.info(
+                    "reconcile_detail_limited",
+                    action=action,
+                    dry_run=self.dry_run,
+                    detail="further changes of this kind are logged at debug; the summary counts them",
+                )
             log.debug(f"reconcile_{action}", dry_run=self.dry_run, **fields)
-        if count == CHANGES_LOGGED_PER_ACTION:
-            log.info(
-                "reconcile_detail_limited",
-                action=action,
-                dry_run=self.dry_run,
-                detail=f"further {action} changes of this run are logged at debug; the summary counts them",
-            )
         if self.dry_run:
             details = " ".join(f"{name}={value}" for name, value in fields.items() if value is not None)
             self.report(f"would {_WOULD[action]}: {details}")

@@ -205,3 +205,21 @@ def test_a_mass_restore_logs_its_first_changes_of_each_kind_then_progress_and_co
     assert progress[-1]["restored_ready"] + progress[-1]["restored_retry"] == 40
     assert [line for line in reported if line.startswith("reconcile progress after")] != []
     assert reported[-1].startswith("reconcile: restored_ready=30 restored_retry=10 ")
+
+
+def test_a_run_within_the_detail_limit_says_nothing_about_a_limit(redis_client, monkeypatch):
+    from structlog.testing import capture_logs
+
+    from queue_app.runtime import reconciler
+
+    monkeypatch.setattr(reconciler, "CHANGES_LOGGED_PER_ACTION", 5)
+    enqueue(5)
+    mark_relayed()
+    redis_client.flushdb()
+
+    with capture_logs() as logs:
+        report = Reconciler().run_once()
+
+    assert report.counts["restored_ready"] == 5
+    assert [e["event"] for e in logs if "job_id" in e] == ["reconcile_restored_ready"] * 5
+    assert not [e for e in logs if e["event"] == "reconcile_detail_limited"]
