@@ -171,16 +171,24 @@ class Supervisor:
         child.current, child.hard_deadline, child.held, child.slots = None, None, {}, {}
         log.info("worker_process_started", worker=child.worker_id, pid=child.process.pid)
 
-    def _take_name(self) -> None:
-        """Hold this worker name's lock; raises WorkerNameInUse if another worker has it."""
+    def _take_name(self) -> bool:
+        """Hold this worker name's lock; raises WorkerNameInUse if another worker has it.
+        False when a stop signal came first (PostgreSQL was down meanwhile)."""
         guard = OutageGuard(f"supervisor {self.name}")
-        while True:
+        while not self.stopping:
             try:
                 self._name_lock.acquire()
                 self._name_checked = time.monotonic()
-                return
+                return True
             except guard.errors as exc:
-                guard.failed(exc)
+                guard.failed(exc, sleep=self._pause)
+        return False
+
+    def _pause(self, seconds: float) -> None:
+        """Sleep, cut short by a stop signal."""
+        deadline = time.monotonic() + seconds
+        while not self.stopping and (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(left, 0.1))
 
     def _keep_name(self) -> None:
         """After a PostgreSQL restart the lock's session is gone: take the lock again.
@@ -202,9 +210,13 @@ class Supervisor:
     def run(self) -> int:
         """Run until stopped (or, in burst mode, until every child is done). Raises
         WorkerNameInUse, before starting anything, if the name is taken."""
-        self._take_name()
+        # Signals first: a stop while PostgreSQL is down (the name lock waits for it) is a
+        # clean stop too, not a death by SIGTERM.
         previous = {s: signal.signal(s, self._on_stop) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
+            if not self._take_name():
+                log.info("supervisor_stopped", name=self.name, before_start=True)
+                return 0
             for child in self.children:
                 self._start(child)
             while True:

@@ -88,6 +88,24 @@ def test_relay_rides_out_a_postgres_outage(postgres_link, children, redis_client
     assert recovered["after_failures"] >= 3
 
 
+def test_a_worker_started_while_postgres_is_down_stops_cleanly_on_sigterm(postgres_link, children):
+    """Its supervisor waits for PostgreSQL (the worker name's lock) with its stop signals
+    already handled: SIGTERM ends the wait and the process exits 0, not killed by the signal."""
+    postgres_link.stop()
+    worker, events = start(
+        "runworker",
+        DATABASE_URL=postgres_via(connection.settings_dict, postgres_link),
+        DATABASE_POOL_TIMEOUT="1",
+    )
+    children.append(worker)
+    wait_until(lambda: events.named("store_unavailable"), timeout=30, message="the supervisor to wait")
+    assert not events.named("worker_process_started")
+    os.kill(worker.pid, signal.SIGTERM)
+    assert worker.wait(timeout=15) == 0
+    wait_until(lambda: events.named("supervisor_stopped"), timeout=5, message="the stop to be logged")
+    assert not events.named("worker_process_started")
+
+
 def test_worker_rides_out_a_redis_outage(redis_link, children):
     worker, events = start(
         "runworker", REDIS_URL=redis_via(child_env()["REDIS_URL"], redis_link), LOG_LEVEL="DEBUG"
