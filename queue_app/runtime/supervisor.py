@@ -36,7 +36,7 @@ from queue_app.conf import queue_settings
 from queue_app.engine import execution
 from queue_app.runtime.outages import OutageGuard
 from queue_app.runtime.running_job import RunningJob
-from queue_app.runtime.worker import ChildReport
+from queue_app.runtime.worker import STOP_SIGNALS, ChildReport
 from queue_app.runtime.worker_name import WorkerNameInUse, WorkerNameLock
 
 log = structlog.get_logger("queue_app.supervisor")
@@ -165,7 +165,15 @@ class Supervisor:
             ),
             name=f"worker {child.worker_id}",
         )
-        child.process.start()
+        # Until its worker has installed its own handlers, a forked child would run this
+        # supervisor's stop handler on its copy of the supervisor. The stop signals stay
+        # blocked across the fork; the worker unblocks them once its handlers are in, and a
+        # stop that came meanwhile arrives then (the supervisor's own, just after start()).
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            child.process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         child_end.close()
         child.pipe = parent_end
         child.current, child.hard_deadline, child.held, child.slots = None, None, {}, {}

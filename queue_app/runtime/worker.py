@@ -42,6 +42,8 @@ from queue_app.runtime.slots import Slots
 
 log = structlog.get_logger("queue_app.worker")
 
+# The signals that ask a worker (and its supervisor) to stop after the current job.
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
 PROMOTE_EVERY_SECONDS = 0.5
 # A job started later than this after its claim committed gets started_at set again at
 # its start (twice the default claim-ahead, so a batch sized by it rarely needs a write).
@@ -149,7 +151,11 @@ class Worker:
             signal.SIGALRM: self._on_alarm,
             signal.SIGUSR1: self._on_lease_lost,
         }
-        return {signum: signal.signal(signum, handler) for signum, handler in handlers.items()}
+        previous = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()}
+        # A supervisor forks its children with these blocked (see Supervisor._start): a
+        # stop that came while this process started arrives now, to _on_stop.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        return previous
 
     def _on_stop(self, signum, frame) -> None:
         if not self.stopping:
