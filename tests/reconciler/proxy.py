@@ -67,6 +67,12 @@ class TcpProxy:
                 client.close()
                 continue
             with self._lock:
+                if self._listener is not listener:
+                    # stop() came while this connection was being set up: it must not
+                    # outlive the outage (stop() clears the listener before the sockets).
+                    client.close()
+                    upstream.close()
+                    return
                 self._sockets.update((client, upstream))
             for source, sink in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
