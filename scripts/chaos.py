@@ -266,20 +266,22 @@ def busy_worker_names() -> set[str]:
         return set()
 
 
-def long_jobs_by_worker(min_sleep: float = 0.5, stubborn: bool = False) -> dict[str, tuple[str, int]]:
-    """runworker --name -> (job id, fence) of a job it runs that sleeps at least ``min_sleep``
-    (``stubborn``: only jobs that sleep on through the lease-lost interrupt)."""
+def long_jobs_by_worker(min_sleep: float = 0.5, stubborn: bool = False) -> dict[str, tuple[str, int, float]]:
+    """runworker --name -> (job id, fence, claim time in epoch seconds) of a job it runs that
+    sleeps at least ``min_sleep`` (``stubborn``: only jobs that sleep on through the
+    lease-lost interrupt)."""
     from django.db import DatabaseError, InterfaceError, connection
 
     try:
         with connection.cursor() as cursor:
             cursor.execute(
-                "SELECT split_part(worker_id, '/', 1), id::text, fence FROM jobs"
+                "SELECT split_part(worker_id, '/', 1), id::text, fence,"
+                " coalesce(extract(epoch FROM started_at), 0)::float8 FROM jobs"
                 " WHERE status = 'processing' AND coalesce((payload->>'sleep')::float, 0) >= %s"
                 " AND (%s OR coalesce((payload->>'stubborn')::bool, false)) ORDER BY started_at",
                 [min_sleep, not stubborn],
             )
-            return {name: (job_id, fence) for name, job_id, fence in cursor.fetchall()}
+            return {name: (job_id, fence, claimed) for name, job_id, fence, claimed in cursor.fetchall()}
     except (DatabaseError, InterfaceError):
         connection.close()
         return {}

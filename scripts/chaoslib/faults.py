@@ -54,7 +54,7 @@ class Injector:
         pick_ids: Callable[[], dict[str, list[str]]],
         busy_workers: Callable[[], set[str]],
         # (minimum sleep, stubborn only) -> {--name: (job id, fence)} of the jobs the workers run
-        long_jobs: Callable[..., dict[str, tuple[str, int]]],
+        long_jobs: Callable[..., dict[str, tuple[str, int, float]]],
         reclaimed: Callable[[str, int], bool],
         seed: int,
         log_path: Path,
@@ -199,8 +199,12 @@ class Injector:
             if time.monotonic() > deadline:
                 searches = [(0.5, False)] + ([(0.0, False)] if or_any_job else [])
             for min_sleep, stubborn in searches:
+                # Claimed by the process running now: after a restart under the same name, the
+                # dead incarnation's job still shows under it until the new one settles it.
                 jobs = {
-                    name: job for name, job in self.long_jobs(min_sleep, stubborn).items() if name in running
+                    name: (job_id, fence)
+                    for name, (job_id, fence, claimed) in self.long_jobs(min_sleep, stubborn).items()
+                    if name in running and claimed > running[name].started_at
                 }
                 if jobs:
                     identity = self.rng.choice(sorted(jobs))

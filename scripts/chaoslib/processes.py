@@ -57,6 +57,8 @@ class Child:
     down: bool = False
     paused: bool = False
     starts: int = 0
+    # Wall-clock time of the latest start: a job claimed before it is an earlier incarnation's.
+    started_at: float = 0.0
 
     @property
     def alive(self) -> bool:
@@ -87,6 +89,7 @@ class Cast:
     def start(self, child: Child) -> None:
         (self.folder / "logs").mkdir(exist_ok=True)
         log = open(self.folder / "logs" / f"{child.name}.log", "ab")
+        child.started_at = time.time()
         child.process = subprocess.Popen(
             [sys.executable, str(ROOT / "manage.py"), *child.args],
             cwd=ROOT,
