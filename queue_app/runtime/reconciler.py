@@ -160,14 +160,14 @@ class Reconciler:
 
     def run_once(self) -> RunReport:
         """One full pass; raises the store's error if PostgreSQL or Redis fails mid-way."""
-        started = time.monotonic()
         self._counts = Counter()
-        self._started = self._last_progress = started
+        self._started = self._last_progress = time.monotonic()
         client = broker.get_client()
         self._rescue_expired_leases()
         self._prune_stale_ids(client)
         self._restore_missing(client)
-        result = RunReport(counts=self._counts, dry_run=self.dry_run, seconds=time.monotonic() - started)
+        seconds = time.monotonic() - self._started
+        result = RunReport(counts=self._counts, dry_run=self.dry_run, seconds=seconds)
         log.info(
             "reconcile_finished",
             dry_run=self.dry_run,
@@ -403,17 +403,15 @@ class Reconciler:
     def _record(self, action: str, **fields) -> None:
         self._counts[action] += 1
         count = self._counts[action]
-        if count <= CHANGES_LOGGED_PER_ACTION:
-            log.info(f"reconcile_{action}", dry_run=self.dry_run, **fields)
-        else:
-            if count == CHANGES_LOGGED_PER_ACTION + 1:
-                log.info(
-                    "reconcile_detail_limited",
-                    action=action,
-                    dry_run=self.dry_run,
-                    detail="further changes of this kind are logged at debug; the summary counts them",
-                )
-            log.debug(f"reconcile_{action}", dry_run=self.dry_run, **fields)
+        if count == CHANGES_LOGGED_PER_ACTION + 1:
+            log.info(
+                "reconcile_detail_limited",
+                action=action,
+                dry_run=self.dry_run,
+                detail="further changes of this kind are logged at debug; the summary counts them",
+            )
+        level = log.info if count <= CHANGES_LOGGED_PER_ACTION else log.debug
+        level(f"reconcile_{action}", dry_run=self.dry_run, **fields)
         if self.dry_run:
             details = " ".join(f"{name}={value}" for name, value in fields.items() if value is not None)
             self.report(f"would {_WOULD[action]}: {details}")

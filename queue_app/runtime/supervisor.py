@@ -222,28 +222,30 @@ class Supervisor:
         # clean stop too, not a death by SIGTERM.
         previous = {s: signal.signal(s, self._on_stop) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
-            if not self._take_name():
-                log.info("supervisor_stopped", name=self.name, before_start=True)
-                return 0
-            for child in self.children:
-                self._start(child)
-            while True:
-                alive = [c for c in self.children if c.process is not None and c.process.is_alive()]
-                if not alive and (self.stopping or all(c.exited_cleanly for c in self.children)):
-                    break
-                self._read_reports(timeout=0.2)
-                self._enforce_hard_limits()
-                self._reap()
-                self._keep_name()
-                if self.stopping and self.stop_deadline and time.monotonic() > self.stop_deadline:
-                    for child in alive:
-                        self._kill(child, "shutdown grace period ended")
+            if self._take_name():
+                self._supervise()
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
             self._name_lock.release()
         log.info("supervisor_stopped", name=self.name)
         return 0
+
+    def _supervise(self) -> None:
+        """Start the children, then watch them until they are all done."""
+        for child in self.children:
+            self._start(child)
+        while True:
+            alive = [c for c in self.children if c.process is not None and c.process.is_alive()]
+            if not alive and (self.stopping or all(c.exited_cleanly for c in self.children)):
+                return
+            self._read_reports(timeout=0.2)
+            self._enforce_hard_limits()
+            self._reap()
+            self._keep_name()
+            if self.stopping and self.stop_deadline and time.monotonic() > self.stop_deadline:
+                for child in alive:
+                    self._kill(child, "shutdown grace period ended")
 
     def _read_reports(self, timeout: float) -> None:
         pipes = {c.pipe: c for c in self.children if c.pipe is not None}
