@@ -1,11 +1,12 @@
 """Runs N worker processes, enforces hard time limits, and shuts them down cleanly.
 
 Each child reports which job it runs and until when in memory shared with
-the supervisor (``RunningJob``), and over a pipe which jobs it holds (a
-``ChildReport``, after each claim). A child still inside a handler past its hard
-deadline (the soft limit plus a grace, e.g. C code that never returns to
-Python) is SIGKILLed: its job is failed as a timeout, its other held jobs are
-handed back, and a new child with the same identity takes its place.
+the supervisor (``RunningJob``); which other jobs a dead child held (claimed,
+not settled) the supervisor reads from PostgreSQL, by the child's worker
+identity. A child still inside a handler past its hard deadline (the soft
+limit plus a grace, e.g. C code that never returns to Python) is SIGKILLed:
+its job is failed as a timeout, its other held jobs are handed back, and a
+new child with the same identity takes its place.
 
 A child that dies by itself while running a job (``os._exit``, a segfault,
 the OOM killer's SIGKILL) has that attempt counted as failed, with the cause
@@ -33,7 +34,7 @@ import structlog
 from django.db import connections
 
 from queue_app.conf import queue_settings
-from queue_app.engine import execution
+from queue_app.engine import execution, selectors
 from queue_app.runtime.outages import OutageGuard
 from queue_app.runtime.running_job import RunningJob
 from queue_app.runtime.worker import STOP_SIGNALS, ChildReport
@@ -61,7 +62,6 @@ class Child:
     # The job the child's main thread runs, as last read from ``running``.
     current: tuple[str, int] | None = None
     hard_deadline: float | None = None
-    held: dict[str, int] = field(default_factory=dict)
     # Jobs running in slots: id -> (fence, hard deadline).
     slots: dict[str, tuple[int, float]] = field(default_factory=dict)
     exited_cleanly: bool = False
@@ -176,7 +176,7 @@ class Supervisor:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         child_end.close()
         child.pipe = parent_end
-        child.current, child.hard_deadline, child.held, child.slots = None, None, {}, {}
+        child.current, child.hard_deadline, child.slots = None, None, {}
         log.info("worker_process_started", worker=child.worker_id, pid=child.process.pid)
 
     def _take_name(self) -> bool:
@@ -264,9 +264,7 @@ class Supervisor:
     def _drain_reports(child: Child) -> None:
         while child.pipe is not None and child.pipe.poll():
             report: ChildReport = child.pipe.recv()
-            if report.held is not None:
-                child.held = report.held
-            child.slots = report.slots or {}
+            child.slots = report.slots
 
     @staticmethod
     def _read_running(child: Child) -> None:
@@ -324,15 +322,15 @@ class Supervisor:
         ones when None) failed with ``current_error`` (handed back when it is None), the
         other running and the claimed-but-unstarted ones handed back."""
         with contextlib.suppress(EOFError, OSError):
-            self._drain_reports(child)  # its last words: which jobs it holds
+            self._drain_reports(child)  # its last words: which jobs run in slots
         self._read_running(child)
-        held = dict(child.held)
         running = {job_id: fence for job_id, (fence, _) in child.slots.items()}
         if child.current is not None:
             running[child.current[0]] = child.current[1]
         guard = OutageGuard("supervisor")
         for _ in range(5):
             try:
+                held = dict(selectors.held_by(child.worker_id))
                 for job_id, fence in running.items():
                     held.pop(job_id, None)
                     if current_error is not None and (charged is None or job_id in charged):
@@ -347,7 +345,7 @@ class Supervisor:
                 guard.failed(exc)
         # Anything not settled here is still held by this identity: the replacement
         # child's start-up recovery settles it, or the reconciler after the lease.
-        child.current, child.held, child.slots = None, {}, {}
+        child.current, child.slots = None, {}
         if child.running is not None:
             child.running.set(None, None, None)  # the child is dead: nothing writes it now
 

@@ -68,14 +68,12 @@ class _Fenced(Exception):
 
 @dataclass(frozen=True)
 class ChildReport:
-    """What a worker process tells its supervisor over the pipe: after a claim, every
-    job it holds (id -> fence), and the jobs running in slots. A stale ``held`` is
-    harmless: settling a job that moved on is a fenced no-op. The job the main
-    thread runs, and until when, goes in shared memory instead (``RunningJob``)."""
+    """What a worker process with slots tells its supervisor over the pipe: the jobs
+    running in slots, id -> (fence, hard deadline). The job the main thread runs, and
+    until when, goes in shared memory instead (``RunningJob``); which jobs a dead child
+    held, the supervisor reads from PostgreSQL (``selectors.held_by``)."""
 
-    held: dict[str, int] | None = None
-    # Jobs running in slots: id -> (fence, hard deadline); None without slots.
-    slots: dict[str, tuple[int, float]] | None = None
+    slots: dict[str, tuple[int, float]]
 
 
 class Worker:
@@ -190,23 +188,18 @@ class Worker:
         if self.current is not None and self.soft_deadline is not None and self.current.id in self.lost:
             raise LeaseLost(f"job {self.current.id} was cancelled or rescued while running")
 
-    def _tell_supervisor(self, *, with_held: bool = False) -> None:
-        """Tell the supervisor what runs until when; the held set only after a claim
-        (a stale set is harmless: handing back a settled job is a fenced no-op)."""
+    def _tell_supervisor(self) -> None:
+        """Tell the supervisor what runs until when (in shared memory; slot jobs over the pipe)."""
         current = self.current
         if self.running is not None:
             self.running.set(
                 current and current.id, current and current.fence, current and self._hard_deadline
             )
-        if self.supervisor_pipe is None or not (with_held or self.slots is not None):
+        if self.supervisor_pipe is None or self.slots is None:
             return
-        report = ChildReport(
-            held=dict(self.held) if with_held else None,
-            slots=self.slots.deadlines() if self.slots is not None else None,
-        )
         try:
             with self._pipe_lock:
-                self.supervisor_pipe.send(report)
+                self.supervisor_pipe.send(ChildReport(slots=self.slots.deadlines()))
         except (OSError, ValueError):
             pass  # the supervisor is gone; it will not enforce limits anyway
 
@@ -396,7 +389,6 @@ class Worker:
         unclaimed -= {job_id for held in result.held_back.values() for job_id in held}
         if unclaimed:
             self._put_back_not_due(unclaimed)
-        self._tell_supervisor(with_held=True)
         while True:
             with self._batch_lock:
                 if not self.unstarted:

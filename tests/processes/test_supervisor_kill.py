@@ -2,6 +2,8 @@
 
 import multiprocessing
 
+import pytest
+
 from queue_app.runtime.supervisor import Child, Supervisor
 
 
@@ -9,6 +11,7 @@ def _exit_at_once() -> None:
     pass
 
 
+@pytest.mark.django_db(transaction=True)
 def test_killing_a_worker_process_that_already_exited_and_was_reaped_does_not_crash_the_supervisor():
     # The chaos run's mid-job stop: SIGTERM, then SIGSTOP past the stop deadline. On SIGCONT
     # the supervisor killed a child from a list taken before the child exited and was
@@ -22,4 +25,4 @@ def test_killing_a_worker_process_that_already_exited_and_was_reaped_does_not_cr
     supervisor._kill(child, "shutdown grace period ended")
 
     assert process.exitcode == 0
-    assert child.current is None and child.held == {}
+    assert child.current is None and child.slots == {}

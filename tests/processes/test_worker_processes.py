@@ -74,6 +74,43 @@ def test_handler_that_swallows_the_soft_limit_is_killed_and_the_worker_goes_on(p
     stop(worker)
 
 
+def test_a_killed_child_hands_back_the_jobs_claimed_with_its_stuck_one_uncounted(processes, relay_path):
+    """The supervisor learns what a killed child held from PostgreSQL: the jobs claimed
+    in the stubborn job's batch go back as not started (attempts 0, 'handed_back'), not
+    as a failed attempt of a dead process."""
+    # Claim far ahead and never release, so the batch stays held behind the stubborn job.
+    worker = manage(
+        "runworker",
+        env=child_env(
+            JOBQUEUE_HARD_TIME_LIMIT_GRACE_SECONDS="1",
+            JOBQUEUE_WORKER_CLAIM_AHEAD_SECONDS="600",
+            JOBQUEUE_WORKER_RELEASE_AFTER_SECONDS="600",
+        ),
+        stderr=subprocess.DEVNULL,
+    )
+    processes.append(worker)
+    warm_up = enqueue_job("probe.run")  # a first job, so the worker claims batches
+    relay_all()
+    wait_until(lambda: status_of(warm_up) == "completed", message="the warm-up job")
+    stubborn = enqueue_job("probe.stubborn", priority="high")
+    waiting = enqueue_jobs([JobRequest(type="probe.run") for _ in range(2)])
+    relay_all()  # one push of all three: the worker's next pop takes them as one batch
+    wait_until(lambda: Execution.objects.filter(job_id=stubborn.id).exists(), message="the stubborn job")
+    assert {status_of(job) for job in waiting} == {"processing"}
+    wait_until(
+        lambda: not Job.objects.filter(status="processing").exists(), timeout=60, message="the hard kill"
+    )
+    assert status_of(stubborn) == "failed"
+    for job in waiting:
+        job.refresh_from_db()
+        assert job.status == "queued" and job.attempts == 0
+        assert list(job.logs.values_list("event", flat=True)) == ["enqueued", "claimed", "handed_back"]
+    relay_all()  # the hand-backs' outbox rows
+    wait_until(lambda: {status_of(job) for job in waiting} == {"completed"}, message="the batch to run")
+    assert all(Execution.objects.filter(job_id=job.id).count() == 1 for job in waiting)
+    assert stop(worker) == 0
+
+
 def test_job_committed_before_a_crash_runs_once_a_relay_runs(processes):
     # The enqueuing process commits and dies before any relay ran.
     script = (
