@@ -94,7 +94,8 @@ def claim(
             cursor.execute(sql.query("claim_queues"), {"ids": valid_ids})
             queues = dict(cursor.fetchall())
         names = sorted(queues)
-        with sql.one_round_trip():
+        # The claim statement is planned once per connection, not on every claim.
+        with sql.one_round_trip(generic_plans=True):
             if completions:
                 done_cursor.execute(*_completion_statement(completions))
             # Its own statement: the claim's snapshot must be taken after the locks are granted.

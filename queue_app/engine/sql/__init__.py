@@ -94,8 +94,12 @@ class _LoggedCursor(psycopg.Cursor):
             connection.queries_log.append({"sql": query, "time": f"{time.monotonic() - started:.3f}"})
 
 
+# Plans the block's prepared statements once per connection (see one_round_trip).
+_GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan"
+
+
 @contextmanager
-def one_round_trip() -> Iterator[None]:
+def one_round_trip(*, generic_plans: bool = False) -> Iterator[None]:
     """Statements executed on ``prepared()`` cursors inside go out together, as one transaction.
 
     In autocommit, the block is wrapped in an explicit BEGIN ... COMMIT sent in
@@ -103,17 +107,28 @@ def one_round_trip() -> Iterator[None]:
     included (a Django transaction costs three: BEGIN, the statements, COMMIT).
     Inside a Django transaction, the statements share one round trip and the
     caller's commit follows. Results are read after the block.
+
+    ``generic_plans``: the statements run their generic plan, made once per
+    connection, until the transaction ends. PostgreSQL otherwise plans a prepared
+    statement again on every run while a plan for the given values looks cheaper
+    than the generic one: for the claim it always did, and planning its CTE took
+    longer than running it. Only for statements written to have one good plan
+    whatever the values (primary-key look-ups).
     """
     connection.ensure_connection()
     raw = connection.connection
     with connection.wrap_database_errors:
         if connection.in_atomic_block:
             with raw.pipeline():
+                if generic_plans:
+                    raw.execute(_GENERIC_PLANS)
                 yield
             return
         try:
             with raw.pipeline():
                 raw.execute("BEGIN")
+                if generic_plans:
+                    raw.execute(_GENERIC_PLANS)
                 yield
                 raw.execute("COMMIT")
         except BaseException:
