@@ -6,7 +6,8 @@ in the main thread, under a soft time limit (SIGALRM raises inside the
 handler, stopping CPU-bound code too); the supervisor kills the process if
 the handler ignores it (see supervisor.py). With slots (``WORKER_SLOTS`` > 1),
 async and io-bound handlers run beside it instead (see slots.py). A heartbeat
-thread extends the leases of the jobs this process holds.
+thread extends the leases of the jobs this process holds and does the upkeep
+(due retries made ready, expired pops put back, controls re-read).
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ MAX_RESULT_BYTES = 10 * 1024 * 1024
 # How often a worker re-reads its queues' controls (pause, limits) for its pops. The
 # claim reads them itself, so a stale view costs a put-back, never a wrong claim.
 CONTROLS_REFRESH_SECONDS = 1.0
+# The heartbeat thread does the upkeep and the controls refresh, off the way from a
+# wake-up to a claim; the main loop does them only when they are this many times overdue.
+MAIN_LOOP_UPKEEP_FACTOR = 3
 # How long a worker leaves a queue alone after its claim held ids back because the
 # queue was full (concurrency limit): its running jobs need time to finish.
 HELD_BACK_PAUSE_SECONDS = 0.1
@@ -251,8 +255,8 @@ class Worker:
             # The rest of a batch a store error interrupted: back to the queue, not counted.
             self._hand_back_unstarted("not started: a store error interrupted its batch")
         client = broker.get_client()
-        self._upkeep(client)
-        self._refresh_controls()
+        self._upkeep(client, every=PROMOTE_EVERY_SECONDS * MAIN_LOOP_UPKEEP_FACTOR)
+        self._refresh_controls(every=CONTROLS_REFRESH_SECONDS * MAIN_LOOP_UPKEEP_FACTOR)
         if self.slots is not None and not self.slots.free():
             # Every slot is busy: claim nothing (a claimed job is one no other worker can run).
             self._flush_completions()
@@ -283,9 +287,9 @@ class Worker:
             return selectors.has_queued(active)
         return selectors.has_due(active)
 
-    def _refresh_controls(self, *, now: bool = False) -> None:
-        """Re-read the served queues' controls every CONTROLS_REFRESH_SECONDS (or ``now``)."""
-        if not now and time.monotonic() - self._controls_read_at < CONTROLS_REFRESH_SECONDS:
+    def _refresh_controls(self, *, now: bool = False, every: float = CONTROLS_REFRESH_SECONDS) -> None:
+        """Re-read the served queues' controls when ``every`` seconds old (or ``now``)."""
+        if not now and time.monotonic() - self._controls_read_at < every:
             return
         self._controls = controls.queue_controls(self.queues)
         self._controls_read_at = time.monotonic()
@@ -512,10 +516,16 @@ class Worker:
                 ),
             )
 
-    def _upkeep(self, client) -> None:
-        """Every PROMOTE_EVERY_SECONDS: move due ids from retry sets to ready structures
+    def background_upkeep(self) -> None:
+        """Called by the heartbeat thread: the upkeep and controls refresh, which the main
+        loop would otherwise do between a wake-up and its claim (a job's start waited)."""
+        self._upkeep(broker.get_client())
+        self._refresh_controls()
+
+    def _upkeep(self, client, *, every: float = PROMOTE_EVERY_SECONDS) -> None:
+        """Every ``every`` seconds: move due ids from retry sets to ready structures
         (priorities looked up in PostgreSQL), and put back popped ids nobody acknowledged."""
-        if time.monotonic() - self._last_promote < PROMOTE_EVERY_SECONDS:
+        if time.monotonic() - self._last_promote < every:
             return
         self._last_promote = time.monotonic()
         fifo_by_queue = dict(self.queue_layouts)
@@ -725,8 +735,9 @@ class Worker:
 
 
 class Heartbeat(threading.Thread):
-    """Extends the leases this worker holds, on its own database connection, and
-    releases the unstarted rest of a batch that waits behind a slow job."""
+    """Extends the leases this worker holds, on its own database connection, releases
+    the unstarted rest of a batch that waits behind a slow job, and does the upkeep
+    (also while a long job runs)."""
 
     def __init__(self, worker: Worker) -> None:
         super().__init__(name=f"heartbeat {worker.worker_id}", daemon=True)
@@ -745,6 +756,12 @@ class Heartbeat(threading.Thread):
                     # What was not handed back keeps its lease; the heartbeat below stops
                     # extending nothing it no longer holds, and the fence absorbs the rest.
                     log.warning("release_failed", worker=self.worker.worker_id, error=str(exc)[:300])
+                    connection.close()
+                try:
+                    self.worker.background_upkeep()
+                except OutageGuard.errors as exc:
+                    # The main loop does it once it is overdue, and meets the outage itself.
+                    log.debug("upkeep_failed", worker=self.worker.worker_id, error=str(exc)[:300])
                     connection.close()
                 if time.monotonic() >= next_beat:
                     next_beat = time.monotonic() + self.interval

@@ -2,8 +2,10 @@
 
 import signal
 import subprocess
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from queue_app import broker
 from queue_app.models import Job, OutboxMessage
@@ -109,6 +111,26 @@ def test_a_killed_child_hands_back_the_jobs_claimed_with_its_stuck_one_uncounted
     wait_until(lambda: {status_of(job) for job in waiting} == {"completed"}, message="the batch to run")
     assert all(Execution.objects.filter(job_id=job.id).count() == 1 for job in waiting)
     assert stop(worker) == 0
+
+
+def test_a_retry_falls_due_and_is_made_ready_while_the_only_worker_runs_a_long_job(processes, redis_client):
+    """The upkeep (retries due -> ready) runs in the worker's heartbeat thread, not only
+    between jobs: another worker of the queue could take the due job meanwhile."""
+    worker = manage("runworker", stderr=subprocess.DEVNULL)
+    processes.append(worker)
+    long_job = enqueue_job("probe.run", {"sleep": 8})
+    wait_until(lambda: status_of(long_job) == "processing", message="the long job to start")
+    due_soon = enqueue_job("probe.run", run_at=timezone.now() + timedelta(seconds=0.5))
+    relay_all()  # the scheduled job's outbox row puts it in the retry set
+    assert redis_client.zscore(broker.retry_key("default"), str(due_soon.id)) is not None
+
+    def made_ready() -> bool:
+        members = redis_client.zrange(broker.priority_key("default"), 0, -1)
+        return str(due_soon.id) in {broker.member_job_id(member) for member in members}
+
+    wait_until(made_ready, timeout=5, message="the due job to be made ready")
+    assert status_of(long_job) == "processing"
+    stop(worker, signal.SIGKILL)
 
 
 def test_job_committed_before_a_crash_runs_once_a_relay_runs(processes):
