@@ -183,10 +183,11 @@ def complete_jobs(completions: Sequence[Completion]) -> set[str]:
     """
     if not completions:
         return set()
-    with transaction.atomic(savepoint=False):
-        with sql.prepared() as cursor:
+    with sql.prepared() as cursor:
+        # Outside a transaction, the statement and its commit in one round trip.
+        with sql.one_round_trip():
             cursor.execute(*_completion_statement(completions))
-            return _completed(completions, cursor.fetchall())
+        return _completed(completions, cursor.fetchall())
 
 
 def _completion_statement(completions: Sequence[Completion]) -> tuple[str, dict[str, Any]]:

@@ -672,7 +672,7 @@ class Worker:
         self.held.pop(job.id, None)
 
     def _write_completions(self) -> list[Completion]:
-        """Write batched completions (the caller commits); returns what was written."""
+        """Write batched completions (committed, unless in a caller's transaction); returns them."""
         with self._batch_lock:
             pending = list(self.completions)
         if pending:
@@ -691,9 +691,7 @@ class Worker:
             self.held.pop(completion.job_id, None)
 
     def _flush_completions(self) -> None:
-        with transaction.atomic():
-            written = self._write_completions()
-        self._forget(written)
+        self._forget(self._write_completions())
 
     # --- start-up and shutdown ------------------------------------------------------
 
