@@ -379,9 +379,11 @@ def enqueue_jobs(requests: Sequence[JobRequest], *, owner=None) -> list[Job]:
         with sql.prepared() as cursor:
             created_at = _insert(cursor, rows, owner, trace_context)
         direct = [row for row in rows if row["direct"] and row["id"] in created_at]
-        if direct:
-            # Right away in autocommit; inside a transaction, when (and only if) it commits.
+        if direct and connection.in_atomic_block:
+            # When (and only if) the caller's transaction commits.
             transaction.on_commit(partial(_dispatch, direct))
+        elif direct:
+            _dispatch(direct)  # committed already (autocommit)
         existing: dict[str, Job] = {}
         if len(created_at) < len(planned):
             existing = {job.idempotency_key: job for job in Job.objects.filter(idempotency_key__in=keyed)}
