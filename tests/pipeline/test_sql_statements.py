@@ -20,8 +20,8 @@ def test_statements_are_loaded_without_their_comment_lines():
 
 @pytest.mark.parametrize("name", HOT_PATH)
 def test_hot_path_statements_fit_psycopgs_conversion_cache(name):
-    # Longer statements are converted (split into parts, placeholders rewritten) on every
-    # execute; the claim with its comments was.
+    # psycopg converts a longer statement (splits it, rewrites its placeholders) again on
+    # every execute, as it did the claim while its comments made it 4.6 KB.
     assert len(sql.query(name).encode()) <= psycopg._queries.MAX_CACHED_STATEMENT_LENGTH
 
 

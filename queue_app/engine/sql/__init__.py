@@ -117,22 +117,19 @@ def one_round_trip(*, generic_plans: bool = False) -> Iterator[None]:
     """
     connection.ensure_connection()
     raw = connection.connection
+    own_transaction = not connection.in_atomic_block
     with connection.wrap_database_errors:
-        if connection.in_atomic_block:
-            with raw.pipeline():
-                if generic_plans:
-                    raw.execute(_GENERIC_PLANS)
-                yield
-            return
         try:
             with raw.pipeline():
-                raw.execute("BEGIN")
+                if own_transaction:
+                    raw.execute("BEGIN")
                 if generic_plans:
                     raw.execute(_GENERIC_PLANS)
                 yield
-                raw.execute("COMMIT")
+                if own_transaction:
+                    raw.execute("COMMIT")
         except BaseException:
-            if raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            if own_transaction and raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 with contextlib.suppress(psycopg.Error):
                     raw.execute("ROLLBACK")
             raise
