@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -50,6 +51,23 @@ def _relay_in_thread(relay: Relay) -> None:
         relay.run()
     finally:
         connection.close()
+
+
+class Events:
+    """Collects a child's JSON log events from stderr as they come."""
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self.process = process
+        self.events: list[dict] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.process.stderr:
+            if line.startswith("{"):
+                self.events.append(json.loads(line))
+
+    def named(self, name: str) -> list[dict]:
+        return [event for event in self.events if event["event"] == name]
 
 
 def wait_until(

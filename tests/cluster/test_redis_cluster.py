@@ -22,7 +22,7 @@ from queue_app.api.health import check_redis
 from queue_app.engine.stats import queue_stats
 from queue_app.models import Job, OutboxMessage
 from queue_app.services import enqueue_job
-from tests.helpers import PROJECT_ROOT, child_env, kill_group, manage, wait_until
+from tests.helpers import PROJECT_ROOT, Events, child_env, kill_group, manage, wait_until
 from tests.probe.models import Effect
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.redis]
@@ -74,21 +74,30 @@ def test_enqueue_relay_workers_flush_and_reconcile_on_a_cluster(redis_cluster, s
         REDIS_URL=redis_cluster["url"],
         CACHE_URL=settings.CACHE_URL,
         JOBQUEUE_QUEUES=queue_setting,
-        JOBQUEUE_RECONCILE_GRACE_SECONDS="0.01",
+        # A grace of a microsecond: with a longer one, a delayed job falling due just as
+        # the reconciler reads it is left for the next run (rightly, in production: it
+        # may be in flight), and this single run would restore fewer than all.
+        JOBQUEUE_RECONCILE_GRACE_SECONDS="0.000001",
+        LOG_LEVEL="INFO",
     )
     started: list[subprocess.Popen] = []
 
-    def start(*args: str) -> subprocess.Popen:
-        process = manage(*args, env=env, stderr=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+    def start(*args: str) -> Events:
+        process = manage(*args, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
         started.append(process)
-        return process
+        return Events(process)
 
     def start_workers() -> list[subprocess.Popen]:
         workers = ",".join(queues)
-        return [
+        events = [
             start("runworker", "--queues", workers, "--concurrency", "2"),
             start("runworker", "--queues", workers),
         ]
+        # Up before the test may stop them: a SIGTERM while Django still loads
+        # would kill a process before it handles the signal.
+        for each in events:
+            wait_until(lambda each=each: each.named("worker_started"), timeout=60, message="a worker")
+        return [each.process for each in events]
 
     try:
         # 1. Enqueue, relay and two workers, both queues, some jobs through the retry set.
@@ -123,8 +132,8 @@ def test_enqueue_relay_workers_flush_and_reconcile_on_a_cluster(redis_cluster, s
         )
         assert reconcile.returncode == 0, reconcile.stderr[-2000:]
         depths = queue_stats().redis
-        assert depths[queues[0]]["priority"] + depths[queues[0]]["retry"] == 20
-        assert depths[queues[1]]["fifo"] + depths[queues[1]]["retry"] == 20
+        assert depths[queues[0]]["priority"] + depths[queues[0]]["retry"] == 20, reconcile.stdout
+        assert depths[queues[1]]["fifo"] + depths[queues[1]]["retry"] == 20, reconcile.stdout
 
         # 4. Workers again: everything runs.
         workers = start_workers()

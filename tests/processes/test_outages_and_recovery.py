@@ -1,37 +1,18 @@
 """Relay and workers ride out store outages; a restarted worker settles its old jobs at once."""
 
-import json
 import os
 import signal
 import subprocess
-import threading
 
 import pytest
 from django.db import connection
 
 from queue_app.models import Job, JobLog
 from queue_app.services import enqueue_job
-from tests.helpers import child_env, kill_group, manage, ready_score, relay_all, wait_until
+from tests.helpers import Events, child_env, kill_group, manage, ready_score, relay_all, wait_until
 from tests.reconciler.proxy import postgres_proxy, postgres_via, redis_proxy, redis_via
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.redis]
-
-
-class Events:
-    """Collects a child's JSON log events from stderr as they come."""
-
-    def __init__(self, process: subprocess.Popen) -> None:
-        self.process = process
-        self.events: list[dict] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.process.stderr:
-            if line.startswith("{"):
-                self.events.append(json.loads(line))
-
-    def named(self, name: str) -> list[dict]:
-        return [event for event in self.events if event["event"] == name]
 
 
 def start(*args: str, **env: str) -> tuple[subprocess.Popen, Events]:
