@@ -19,7 +19,7 @@ from django.test import Client
 from queue_app.models import Job, JobLog, OutboxMessage
 from queue_app.observability.metrics import MULTIPROC_ENV
 from queue_app.states import TERMINAL
-from tests.helpers import PROJECT_ROOT, child_env, kill_group, manage, wait_until
+from tests.helpers import PROJECT_ROOT, Events, child_env, kill_group, manage, wait_until
 from tests.observability.support import parse, sample
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.redis]
@@ -80,12 +80,19 @@ def test_scraped_counters_equal_the_sql_counts_after_a_run(processes, tmp_path, 
             "JOBQUEUE_QUEUES": QUEUES,
             "JOBQUEUE_RETRY_BACKOFF_BASE_SECONDS": "0.2",
             "JOBQUEUE_RETRY_BACKOFF_MAX_SECONDS": "0.5",
+            "LOG_LEVEL": "INFO",
         }
     )
     subprocess.run([sys.executable, "-c", ENQUEUE_MIX], cwd=PROJECT_ROOT, env=env, check=True)
     processes.append(manage("runrelay", env=env, stderr=subprocess.DEVNULL))
-    for name in ("metrics-a", "metrics-b"):
-        processes.append(manage("runworker", f"--name={name}", env=env, stderr=subprocess.DEVNULL))
+    workers = [
+        Events(manage("runworker", f"--name={name}", env=env, stderr=subprocess.PIPE, text=True))
+        for name in ("metrics-a", "metrics-b")
+    ]
+    processes.extend(worker.process for worker in workers)
+    # Both up before the SIGTERM below: one sent while Django still loads kills the process.
+    for worker in workers:
+        wait_until(lambda worker=worker: worker.named("worker_started"), timeout=60, message="a worker")
     wait_until(
         lambda: Job.objects.count() == 10 and not Job.objects.exclude(status__in=TERMINAL).exists(),
         timeout=120,
