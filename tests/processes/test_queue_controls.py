@@ -25,21 +25,20 @@ QUEUES = "default,other"
 
 @pytest.fixture
 def two_workers(queue_config):
-    """Start two worker commands on both queues; stops them at the end of the test."""
+    """Start two worker commands on both queues, and the relay; stops them at the end of the test.
+
+    The relay is what puts back in line the jobs a worker hands back unrun (a batch
+    released behind a slow job writes outbox rows): without it those stay queued
+    in PostgreSQL only, and the test would wait for them for ever.
+    """
     queue_config(QUEUES=QUEUES)
-    started = []
+    env = child_env(JOBQUEUE_QUEUES=QUEUES)
+    started = [manage("runrelay", env=env, stderr=subprocess.DEVNULL)]
 
     def start(*extra: str):
         for _ in range(2):
-            started.append(
-                manage(
-                    "runworker",
-                    f"--queues={QUEUES}",
-                    *extra,
-                    env=child_env(JOBQUEUE_QUEUES=QUEUES),
-                    stderr=subprocess.DEVNULL,
-                )
-            )
+            worker = manage("runworker", f"--queues={QUEUES}", *extra, env=env, stderr=subprocess.DEVNULL)
+            started.append(worker)
         return started
 
     yield start
