@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from queue_app.models import Job, ScheduleState
-from tests.helpers import child_env, kill_group, manage, wait_until
+from tests.helpers import Events, child_env, kill_group, manage, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
@@ -25,9 +25,14 @@ def ticks() -> list[datetime]:
 
 
 def test_two_schedulers_for_three_ticks_give_three_jobs():
-    env = child_env(JOBQUEUE_SCHEDULES=SCHEDULES)
-    schedulers = [manage("runscheduler", env=env, stderr=subprocess.DEVNULL) for _ in range(2)]
+    env = child_env(JOBQUEUE_SCHEDULES=SCHEDULES, LOG_LEVEL="INFO")
+    started = [Events(manage("runscheduler", env=env, stderr=subprocess.PIPE, text=True)) for _ in range(2)]
+    schedulers = [each.process for each in started]
     try:
+        # Both running (their stop signals handled) before the ticks count: otherwise one
+        # could tick alone while the other still loads Django.
+        for each in started:
+            wait_until(lambda each=each: each.named("scheduler_started"), timeout=60, message="a scheduler")
         first = wait_until(lambda: ticks()[:1], message="the first tick's job")[0]
         third = first + timedelta(seconds=2)
         wait_until(
