@@ -91,7 +91,13 @@ def test_returned_jobs_equal_their_stored_rows(django_user_model):
 
     owner = django_user_model.objects.create_user("owner")
     requests = [
-        JobRequest(type="demo.echo", payload={"s": "é", "n": [1, 2]}, priority="high", idempotency_key="a"),
+        # Text the bulk's JSON must carry through escaped: quotes, a backslash, a newline, non-BMP.
+        JobRequest(
+            type="demo.echo",
+            payload={"s": 'é "q" \\ \n \U0001f600', "n": [1, 2]},
+            priority="high",
+            idempotency_key="a",
+        ),
         JobRequest(type="demo.echo", run_at=timezone.now() + timedelta(hours=1), max_attempts=7),
         # Another UTC offset, and a key: the bulk's JSON carries both exactly.
         JobRequest(

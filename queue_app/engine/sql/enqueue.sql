@@ -37,14 +37,15 @@ SELECT id, created_at, CASE WHEN NOT %(direct)s::boolean THEN pg_notify('jobqueu
 -- Many jobs, given as one JSON array of objects (the keys of insert_job's
 -- values, plus "position": 0, 1, 2, ... in the caller's order; payload and
 -- extra as JSON text): one parameter parses much faster than an array per
--- column. Keyed jobs are inserted sorted by key, so two calls sharing keys in
--- different orders wait on each other instead of deadlocking; a key already
--- taken inserts nothing for that job (the caller looks it up). Outbox rows
--- get their ids in the caller's order: the relay sends them in id order,
--- which keeps a FIFO queue's order.
+-- column, and as json rather than jsonb it is read once instead of first
+-- converted whole (about a tenth of a bulk call). Keyed jobs are inserted
+-- sorted by key, so two calls sharing keys in different orders wait on each
+-- other instead of deadlocking; a key already taken inserts nothing for that
+-- job (the caller looks it up). Outbox rows get their ids in the caller's
+-- order: the relay sends them in id order, which keeps a FIFO queue's order.
 WITH request AS (
     SELECT *
-      FROM jsonb_to_recordset(%(jobs)s::jsonb)
+      FROM json_to_recordset(%(jobs)s::json)
            AS r(position int, id uuid, type text, queue text, payload text, priority text, priority_value int,
                 max_attempts int, next_retry_at timestamptz, enqueued_at timestamptz,
                 idempotency_key text, fingerprint text, backend text, message text, extra text,
