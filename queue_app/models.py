@@ -145,6 +145,9 @@ class OutboxMessage(models.Model):
     # the relay leaves the row alone until then, and afterwards sends it only if the
     # job is still queued (the push was lost with a crash or a Redis outage).
     dispatch_after = models.DateTimeField(null=True, blank=True)
+    # An enqueue onto a strict-FIFO list goes to its head instead of its tail: a job handed
+    # back unstarted was ahead of every job enqueued after it and keeps that place.
+    to_head = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         db_table = "job_outbox"

@@ -59,6 +59,9 @@ class Transition:
     outbox: str | None
     # A running job's transition: fenced by the attempt number, which its log row records.
     fenced: bool
+    # Its enqueue puts a strict-FIFO job at the head of the list: the job was taken from
+    # there and never started, so it stays ahead of the jobs enqueued after it.
+    to_head: bool = False
 
 
 _RUNNING = frozenset({Status.PROCESSING})
@@ -70,7 +73,9 @@ TRANSITION_TABLE: dict[str, Transition] = {
         Transition("complete", _RUNNING, Status.COMPLETED, "completed", "info", None, True),
         Transition("schedule_retry", _RUNNING, Status.QUEUED, "retry_scheduled", "warning", "schedule", True),
         Transition("fail", _RUNNING, Status.FAILED, "failed", "error", None, True),
-        Transition("hand_back", _RUNNING, Status.QUEUED, "handed_back", "info", "enqueue", True),
+        Transition(
+            "hand_back", _RUNNING, Status.QUEUED, "handed_back", "info", "enqueue", True, to_head=True
+        ),
         Transition(
             "rescue_requeue", _RUNNING, Status.QUEUED, "lease_expired_requeued", "warning", "schedule", True
         ),

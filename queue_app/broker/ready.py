@@ -32,6 +32,8 @@ class Intent:
     score: float | None = None
     # The job's ready-set member (``scores.ready_member``); "" stands for the bare id.
     member: str = ""
+    # A FIFO enqueue to the head of the list (a job handed back unstarted), not the tail.
+    to_head: bool = False
 
 
 def apply(client: redis.Redis, intents: Iterable[Intent]) -> None:
@@ -43,7 +45,9 @@ def apply(client: redis.Redis, intents: Iterable[Intent]) -> None:
         if intent.action == "enqueue":
             arrived.add(intent.queue)
             pipe.zrem(retry_key(intent.queue), intent.job_id)
-            if intent.fifo:
+            if intent.fifo and intent.to_head:
+                pipe.lpush(fifo_key(intent.queue), intent.job_id)
+            elif intent.fifo:
                 pipe.rpush(fifo_key(intent.queue), intent.job_id)
             else:
                 pipe.zadd(priority_key(intent.queue), {intent.member or intent.job_id: intent.score})

@@ -30,14 +30,18 @@ def ready_placement(
     )
 
 
-def enqueue_intent(job_id, queue: str, priority_value: int, enqueued_at: datetime) -> OutboxMessage:
-    """The outbox row that makes a job ready: its priority, then its enqueue time."""
+def enqueue_intent(
+    job_id, queue: str, priority_value: int, enqueued_at: datetime, *, to_head: bool = False
+) -> OutboxMessage:
+    """The outbox row that makes a job ready: its priority, then its enqueue time (on a
+    strict-FIFO list: appended, or ``to_head`` put first)."""
     return OutboxMessage(
         job_id=job_id,
         action=OutboxMessage.Action.ENQUEUE,
         queue=queue,
         score=broker.ready_score(priority_value),
         member=broker.ready_member(job_id, enqueued_at),
+        to_head=to_head,
     )
 
 

@@ -68,6 +68,11 @@ def running_attempt(job_id: str, fence: int) -> int | None:
 
 
 def held_by(worker_id: str) -> list[tuple[str, int]]:
-    """(id, fence) of the jobs a worker identity holds."""
-    rows = Job.objects.filter(status=Status.PROCESSING, worker_id=worker_id).values_list("id", "fence")
+    """(id, fence) of the jobs a worker identity holds, latest enqueued first: handed back
+    in this order, strict-FIFO jobs end up at the head of their list in enqueue order."""
+    rows = (
+        Job.objects.filter(status=Status.PROCESSING, worker_id=worker_id)
+        .order_by("-enqueued_at", "-id")
+        .values_list("id", "fence")
+    )
     return [(str(pk), fence) for pk, fence in rows]

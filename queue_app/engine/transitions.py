@@ -93,16 +93,17 @@ def record_transitions(
             extra["next_retry_at"] = job.next_retry_at.isoformat()
         logs.append(JobLog(job_id=job.id, level=row.level, event=row.event, message=message, extra=extra))
         if row.outbox is not None:
-            outbox.append(_outbox_row(row.outbox, job))
+            outbox.append(_outbox_row(row, job))
     JobLog.objects.bulk_create(logs)
     if outbox:
         OutboxMessage.objects.bulk_create(outbox)
         notify_relay()
 
 
-def _outbox_row(action: str, job: TransitionedJob) -> OutboxMessage:
+def _outbox_row(row: Transition, job: TransitionedJob) -> OutboxMessage:
+    action = row.outbox
     if action == OutboxMessage.Action.ENQUEUE:
-        return enqueue_intent(job.id, job.queue, job.priority_value, job.enqueued_at)
+        return enqueue_intent(job.id, job.queue, job.priority_value, job.enqueued_at, to_head=row.to_head)
     if action == OutboxMessage.Action.SCHEDULE:
         return OutboxMessage(
             job_id=job.id, action=action, queue=job.queue, score=broker.due_score(job.next_retry_at)

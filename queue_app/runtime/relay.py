@@ -68,9 +68,9 @@ class Relay:
                 .filter(dispatched_at__isnull=True)
                 .filter(Q(dispatch_after__isnull=True) | Q(dispatch_after__lte=Now()))
                 .order_by("id")
-                .values_list("id", "action", "job_id", "queue", "score", "member", "dispatch_after")[
-                    : self.batch_size
-                ]
+                .values_list(
+                    "id", "action", "job_id", "queue", "score", "member", "dispatch_after", "to_head"
+                )[: self.batch_size]
             )
             if not rows:
                 return 0
@@ -81,8 +81,10 @@ class Relay:
             broker.apply(
                 broker.get_client(),
                 (
-                    broker.Intent(action, str(job_id), queue, fifo_queues.get(queue, False), score, member)
-                    for _, action, job_id, queue, score, member, dispatch_after in rows
+                    broker.Intent(
+                        action, str(job_id), queue, fifo_queues.get(queue, False), score, member, to_head
+                    )
+                    for _, action, job_id, queue, score, member, dispatch_after, to_head in rows
                     if dispatch_after is None or (str(job_id), Status.QUEUED) in waiting
                 ),
             )

@@ -330,13 +330,15 @@ class Supervisor:
         guard = OutageGuard("supervisor")
         for _ in range(5):
             try:
+                # Latest enqueued first, running ones in their place: strict-FIFO jobs go
+                # back to the head of their list in enqueue order.
                 held = dict(selectors.held_by(child.worker_id))
                 for job_id, fence in running.items():
-                    held.pop(job_id, None)
                     if current_error is not None and (charged is None or job_id in charged):
+                        held.pop(job_id, None)
                         execution.fail_job(job_id, fence, current_error)
                     else:
-                        execution.hand_back_job(job_id, fence, worker_id=child.worker_id, reason=reason)
+                        held[job_id] = fence  # the fence the child ran it under
                 for job_id, fence in held.items():
                     execution.hand_back_job(job_id, fence, worker_id=child.worker_id, reason=reason)
                 break

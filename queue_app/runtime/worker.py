@@ -97,7 +97,6 @@ class Worker:
         self.queues = list(queues)
         # (queue, is strict FIFO) pairs: which Redis structure each served queue uses.
         self.queue_layouts = [(queue, settings.QUEUES[queue]) for queue in self.queues]
-        self._fifo = dict(self.queue_layouts)
         self.burst = burst
         self.with_scheduled = with_scheduled
         self.supervisor_pipe = supervisor_pipe
@@ -473,11 +472,11 @@ class Worker:
         return True
 
     def _hand_back_unstarted(self, reason: str) -> None:
-        """Return the claimed jobs this process has not started; the fence makes it a no-op
-        for any whose lease ran out meanwhile."""
+        """Return the claimed jobs this process has not started (last first: see _hand_back);
+        the fence makes it a no-op for any whose lease ran out meanwhile."""
         while self.unstarted:
-            self._hand_back(self.unstarted[0], reason)
-            self.unstarted.pop(0)
+            self._hand_back(self.unstarted[-1], reason)
+            self.unstarted.pop()
 
     def release_batch(self) -> None:
         """Called by the heartbeat thread while a handler runs: once a claim is
@@ -488,13 +487,10 @@ class Worker:
         if time.monotonic() - self._claimed_at < self.release_after_seconds:
             return
         with self._batch_lock:
-            # A strict-FIFO queue's jobs stay: the outbox would append them to the tail
-            # of the list, behind every job enqueued after them.
-            released = [job for job in self.unstarted if not self._fifo[job.queue]]
             # current is None between jobs: the main thread is settling or claiming.
-            if self.current is None or not (released or self.completions):
+            if self.current is None or not (self.unstarted or self.completions):
                 return
-            self.unstarted = [job for job in self.unstarted if self._fifo[job.queue]]
+            released, self.unstarted = self.unstarted, []
             finished, self.completions = self.completions, []
         try:
             with transaction.atomic():
@@ -505,7 +501,7 @@ class Worker:
             raise
         for completion in finished:
             self.held.pop(completion.job_id, None)
-        for job in released:
+        for job in reversed(released):  # last first: see _hand_back
             self._hand_back(job, "released: the job claimed before it is still running")
 
     def _put_back_not_due(self, ids: set[str]) -> None:
@@ -672,6 +668,8 @@ class Worker:
         self.held.pop(job.id, None)
 
     def _hand_back(self, job: ClaimedJob, reason: str) -> None:
+        """Each hand-back puts a strict-FIFO job at the head of its list, so a batch goes
+        back last first and leaves its jobs there in claim order."""
         execution.hand_back_job(job.id, job.fence, worker_id=self.worker_id, reason=reason)
         self.held.pop(job.id, None)
 
@@ -724,7 +722,7 @@ class Worker:
         for _ in range(20):
             try:
                 self._flush_completions()
-                for job_id, fence in list(self.held.items()):
+                for job_id, fence in reversed(list(self.held.items())):  # last claimed first
                     execution.hand_back_job(
                         job_id, fence, worker_id=self.worker_id, reason="worker stopped before running it"
                     )

@@ -1,12 +1,13 @@
 """A strict-FIFO queue through a real worker: jobs run in enqueue order, whatever their priority."""
 
+import signal
 import subprocess
 
 import pytest
 
 from queue_app.models import Job, JobLog
 from queue_app.services import enqueue_job
-from tests.helpers import child_env, kill_group, manage, relay_all
+from tests.helpers import child_env, kill_group, manage, relay_all, wait_until
 from tests.probe.models import Execution
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.redis]
@@ -35,10 +36,15 @@ def test_a_fifo_queue_runs_jobs_in_enqueue_order_ignoring_priority(queue_config)
     assert Job.objects.get(id=other.id).status == "queued"
 
 
-def test_a_batch_claimed_behind_a_slow_fifo_job_is_not_released_behind_later_jobs(queue_config):
-    """The release of a batch behind a slow handler (WORKER_RELEASE_AFTER_SECONDS) hands jobs
-    back through the outbox, which appends a FIFO id to the tail of its list: behind every
-    job enqueued after it. In a strict-FIFO queue the batch's jobs stay with the worker."""
+def _run_in_order_of_enqueue(jobs) -> None:
+    ran = list(Execution.objects.order_by("id").values_list("job_id", flat=True))
+    assert ran == [job.id for job in jobs]
+
+
+def test_a_batch_released_behind_a_slow_fifo_job_stays_ahead_of_later_jobs(queue_config):
+    """The release of a batch behind a slow handler (WORKER_RELEASE_AFTER_SECONDS) hands its
+    jobs back through the outbox: on a strict-FIFO list to the head, in claim order, so they
+    still run before every job enqueued after them (appended to the tail, they ran last)."""
     queue_config(QUEUES="default,bulk:fifo")
     env = child_env(
         JOBQUEUE_QUEUES="default,bulk:fifo",
@@ -52,13 +58,46 @@ def test_a_batch_claimed_behind_a_slow_fifo_job_is_not_released_behind_later_job
         enqueue_job("probe.run", {"n": n, "sleep": sleep}, queue="bulk") for n, sleep in enumerate(sleeps)
     ]
     relay_all()
-    # The relay runs, as in production: a handed-back job would reach the list again.
+    # The relay runs, as in production: it puts the handed-back jobs back on the list.
     relay = manage("runrelay", env=env, stderr=subprocess.DEVNULL)
     try:
         worker = manage("runworker", "--queues=bulk", "--burst", env=env, stderr=subprocess.DEVNULL)
         assert worker.wait(timeout=120) == 0
     finally:
         kill_group(relay)
-    ran = list(Execution.objects.order_by("id").values_list("job_id", flat=True))
-    assert ran == [job.id for job in jobs]
-    assert not JobLog.objects.filter(job__queue="bulk", event="handed_back").exists()
+    _run_in_order_of_enqueue(jobs)
+    released = JobLog.objects.filter(job__queue="bulk", event="handed_back")
+    assert set(released.values_list("job_id", flat=True)) == {job.id for job in jobs[2:8]}
+
+
+def test_a_worker_stopped_mid_batch_leaves_its_fifo_jobs_first_in_line(queue_config):
+    """SIGTERM (a deploy) while a batch's first job runs: the rest of the batch is handed
+    back at the head of the list, and the next worker runs it before the later jobs."""
+    queue_config(QUEUES="default,bulk:fifo")
+    env = child_env(
+        JOBQUEUE_QUEUES="default,bulk:fifo",
+        JOBQUEUE_WORKER_BATCH_SIZE="7",
+        JOBQUEUE_WORKER_CLAIM_AHEAD_SECONDS="600",
+        JOBQUEUE_WORKER_RELEASE_AFTER_SECONDS="600",
+    )
+    sleeps = [0, 1.0] + [0] * 12
+    jobs = [
+        enqueue_job("probe.run", {"n": n, "sleep": sleep}, queue="bulk") for n, sleep in enumerate(sleeps)
+    ]
+    relay_all()
+    relay = manage("runrelay", env=env, stderr=subprocess.DEVNULL)
+    try:
+        first = manage("runworker", "--queues=bulk", env=env, stderr=subprocess.DEVNULL)
+        try:
+            wait_until(lambda: Execution.objects.filter(job_id=jobs[1].id).exists(), timeout=60)
+            first.send_signal(signal.SIGTERM)
+            assert first.wait(timeout=60) == 0
+        finally:
+            kill_group(first)
+        handed_back = JobLog.objects.filter(job__queue="bulk", event="handed_back")
+        assert set(handed_back.values_list("job_id", flat=True)) == {job.id for job in jobs[2:8]}
+        second = manage("runworker", "--queues=bulk", "--burst", env=env, stderr=subprocess.DEVNULL)
+        assert second.wait(timeout=120) == 0
+    finally:
+        kill_group(relay)
+    _run_in_order_of_enqueue(jobs)
