@@ -97,6 +97,7 @@ class Worker:
         self.queues = list(queues)
         # (queue, is strict FIFO) pairs: which Redis structure each served queue uses.
         self.queue_layouts = [(queue, settings.QUEUES[queue]) for queue in self.queues]
+        self._fifo = dict(self.queue_layouts)
         self.burst = burst
         self.with_scheduled = with_scheduled
         self.supervisor_pipe = supervisor_pipe
@@ -487,10 +488,14 @@ class Worker:
         if time.monotonic() - self._claimed_at < self.release_after_seconds:
             return
         with self._batch_lock:
+            # A strict-FIFO queue's jobs stay: handed back, they would go to the head of the
+            # list, but this worker, done with the slow job a moment later, could pop the
+            # jobs behind them first.
+            released = [job for job in self.unstarted if not self._fifo[job.queue]]
             # current is None between jobs: the main thread is settling or claiming.
-            if self.current is None or not (self.unstarted or self.completions):
+            if self.current is None or not (released or self.completions):
                 return
-            released, self.unstarted = self.unstarted, []
+            self.unstarted = [job for job in self.unstarted if self._fifo[job.queue]]
             finished, self.completions = self.completions, []
         try:
             with transaction.atomic():
