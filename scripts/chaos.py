@@ -29,6 +29,7 @@ import http.client
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -133,6 +134,8 @@ def child_env(args: argparse.Namespace, stores, folder: Path) -> dict[str, str]:
         "LOG_FORMAT": "json",
         "LOG_LEVEL": "INFO",
         "PYTHONUNBUFFERED": "1",
+        # A child that does not stop in time gets SIGABRT first: every thread's stack in its log.
+        "PYTHONFAULTHANDLER": "1",
         "PROBE_JOURNAL_DIR": str(folder / "journal"),
         "JOBQUEUE_QUEUES": ",".join(f"{q}:fifo" if fifo else q for q, fifo in QUEUES.items()),
         "JOBQUEUE_LEASE_SECONDS": str(args.lease),
@@ -304,6 +307,7 @@ def reclaimed(job_id: str, fence: int) -> bool:
 
 
 def manage_once(env: dict[str, str], *args: str) -> str:
+    """Run one command to its end; its stdout. A failure raises with the command's stderr."""
     done = subprocess.run(
         [sys.executable, str(ROOT / "manage.py"), *args],
         cwd=ROOT,
@@ -311,8 +315,9 @@ def manage_once(env: dict[str, str], *args: str) -> str:
         capture_output=True,
         text=True,
         timeout=300,
-        check=True,
     )
+    if done.returncode != 0:
+        raise RuntimeError(f"manage.py {' '.join(args)} exited {done.returncode}:\n{done.stderr[-3000:]}")
     return done.stdout.strip()
 
 
@@ -578,6 +583,10 @@ def main(argv: list[str] | None = None) -> int:
         for fault in fault_plan(args):
             print(fault.describe())
         return 0
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        # Started in the background by a shell (``cmd &``): SIGINT is ignored, and children
+        # would inherit that, so the web server could not be stopped the way it exits 0.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     folder = Path(tempfile.mkdtemp(prefix=f"chaos-{args.seed}-"))
     code = 2
     try:

@@ -154,7 +154,9 @@ class Cast:
 
     def stop(self, child: Child, timeout: float = 60) -> int | None:
         """A clean shutdown: SIGTERM (SIGINT for runserver, which exits 0 only on that);
-        SIGKILL after ``timeout``. Returns the exit code, also kept in ``stop_exits``."""
+        after ``timeout``, SIGABRT (the children run with PYTHONFAULTHANDLER, so each writes
+        where its threads hang to its log), then SIGKILL. Returns the exit code, also kept
+        in ``stop_exits``."""
         if child.process is None:
             return None
         if child.paused:
@@ -165,7 +167,11 @@ class Cast:
             try:
                 child.process.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
-                self._signal_group(child, signal.SIGKILL)
+                self._signal_group(child, signal.SIGABRT)
+                try:
+                    child.process.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    self._signal_group(child, signal.SIGKILL)
         code = child.process.wait()
         self.stop_exits.append((child.name, code))
         return code
