@@ -506,7 +506,7 @@ class Worker:
             raise
         for completion in finished:
             self.held.pop(completion.job_id, None)
-        for job in reversed(released):  # last first: see _hand_back
+        for job in released:
             self._hand_back(job, "released: the job claimed before it is still running")
 
     def _put_back_not_due(self, ids: set[str]) -> None:

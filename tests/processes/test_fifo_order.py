@@ -41,23 +41,31 @@ def _run_in_order_of_enqueue(jobs) -> None:
     assert ran == [job.id for job in jobs]
 
 
-def test_a_batch_claimed_behind_a_slow_fifo_job_is_not_released_behind_later_jobs(queue_config):
-    """The release of a batch behind a slow handler (WORKER_RELEASE_AFTER_SECONDS) would hand
-    its jobs back while this worker may pop the jobs behind them first (appended to the tail,
-    as they once were, they ran last). In a strict-FIFO queue the batch stays with the worker."""
+def _batch_behind_a_slow_job(queue_config, **settings: str):
+    """14 FIFO jobs, the second sleeping a second, and the settings of workers that claim up
+    to 7 at once: the first claim takes one job (nothing has run yet), the next the slow one
+    and six behind it. Returns (child environment, jobs), the jobs already in Redis."""
     queue_config(QUEUES="default,bulk:fifo")
     env = child_env(
         JOBQUEUE_QUEUES="default,bulk:fifo",
         JOBQUEUE_WORKER_BATCH_SIZE="7",
         JOBQUEUE_WORKER_CLAIM_AHEAD_SECONDS="600",
+        **settings,
     )
-    # The first claim takes one job (nothing has run yet); the next takes the slow one and
-    # six behind it, held for a second: long past the release delay.
     sleeps = [0, 1.0] + [0] * 12
     jobs = [
         enqueue_job("probe.run", {"n": n, "sleep": sleep}, queue="bulk") for n, sleep in enumerate(sleeps)
     ]
     relay_all()
+    return env, jobs
+
+
+def test_a_batch_claimed_behind_a_slow_fifo_job_is_not_released_behind_later_jobs(queue_config):
+    """The release of a batch behind a slow handler (WORKER_RELEASE_AFTER_SECONDS) would hand
+    its jobs back while this worker may pop the jobs behind them first (appended to the tail,
+    as they once were, they ran last). In a strict-FIFO queue the batch stays with the worker."""
+    # The slow job is held for a second: long past the release delay.
+    env, jobs = _batch_behind_a_slow_job(queue_config)
     # The relay runs, as in production: a handed-back job would reach the list again.
     relay = manage("runrelay", env=env, stderr=subprocess.DEVNULL)
     try:
@@ -72,18 +80,7 @@ def test_a_batch_claimed_behind_a_slow_fifo_job_is_not_released_behind_later_job
 def test_a_worker_stopped_mid_batch_leaves_its_fifo_jobs_first_in_line(queue_config):
     """SIGTERM (a deploy) while a batch's first job runs: the rest of the batch is handed
     back at the head of the list, and the next worker runs it before the later jobs."""
-    queue_config(QUEUES="default,bulk:fifo")
-    env = child_env(
-        JOBQUEUE_QUEUES="default,bulk:fifo",
-        JOBQUEUE_WORKER_BATCH_SIZE="7",
-        JOBQUEUE_WORKER_CLAIM_AHEAD_SECONDS="600",
-        JOBQUEUE_WORKER_RELEASE_AFTER_SECONDS="600",
-    )
-    sleeps = [0, 1.0] + [0] * 12
-    jobs = [
-        enqueue_job("probe.run", {"n": n, "sleep": sleep}, queue="bulk") for n, sleep in enumerate(sleeps)
-    ]
-    relay_all()
+    env, jobs = _batch_behind_a_slow_job(queue_config, JOBQUEUE_WORKER_RELEASE_AFTER_SECONDS="600")
     relay = manage("runrelay", env=env, stderr=subprocess.DEVNULL)
     try:
         first = manage("runworker", "--queues=bulk", env=env, stderr=subprocess.DEVNULL)
