@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,30 +90,25 @@ def claim(
     metrics.prepare()
     lease = queue_settings().LEASE_SECONDS
     valid_ids = [str(pk) for pk in selectors.valid_ids(ids)]
-    with sql.prepared() as done_cursor, sql.prepared() as lock_cursor, sql.prepared() as cursor:
+    with sql.prepared() as done_cursor, sql.prepared() as cursor:
         if queues is None:
             cursor.execute(sql.query("claim_queues"), {"ids": valid_ids})
             queues = dict(cursor.fetchall())
         names = sorted(queues)
-        # The claim statement is planned once per connection, not on every claim.
-        with sql.one_round_trip(generic_plans=True):
+        claim_params = {
+            "ids": valid_ids,
+            "worker": worker_id,
+            "lease": lease,
+            "queues": names,
+            "exclusive": [queues[name] for name in names],
+            "lock_class": QUEUE_LOCK_CLASS,
+            **table_params("claim"),
+        }
+        # One statement alone is its own transaction; with completions, one round trip for both.
+        with sql.one_round_trip() if completions else nullcontext():
             if completions:
                 done_cursor.execute(*_completion_statement(completions))
-            # Its own statement: the claim's snapshot must be taken after the locks are granted.
-            lock_cursor.execute(
-                sql.query("lock_queues_for_claim"),
-                {"lock_class": QUEUE_LOCK_CLASS, "queues": names, "exclusive": [queues[n] for n in names]},
-            )
-            cursor.execute(
-                sql.query("claim_jobs"),
-                {
-                    "ids": valid_ids,
-                    "worker": worker_id,
-                    "lease": lease,
-                    "exclusive": [name for name in names if queues[name]],
-                    **table_params("claim"),
-                },
-            )
+            cursor.execute(sql.query("claim_jobs"), claim_params)
         if completions:
             _completed(completions, done_cursor.fetchall())
         rows = cursor.fetchall()
@@ -184,9 +180,8 @@ def complete_jobs(completions: Sequence[Completion]) -> set[str]:
     if not completions:
         return set()
     with sql.prepared() as cursor:
-        # Outside a transaction, the statement and its commit in one round trip.
-        with sql.one_round_trip():
-            cursor.execute(*_completion_statement(completions))
+        # In autocommit, one statement is its own transaction: it and its commit in one round trip.
+        cursor.execute(*_completion_statement(completions))
         return _completed(completions, cursor.fetchall())
 
 

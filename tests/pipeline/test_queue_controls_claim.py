@@ -89,6 +89,32 @@ def test_pause_waits_for_a_claim_in_flight():
     assert paused.is_set()
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_that_waited_for_a_pause_sees_it():
+    """The claim reads the jobs and queues after its queue lock is granted, so a pause that
+    committed while the claim waited holds its ids back (a read from before the wait would
+    still see the queue running and claim)."""
+    [job_id] = _ids(1)
+    claims = []
+
+    def claim_in_thread():
+        try:
+            claims.append(execution.claim([job_id], worker_id="w", queues={"default": False}))
+        finally:
+            connection.close()
+
+    with transaction.atomic():
+        pause_queue("default")  # its exclusive lock is held until this block commits
+        thread = threading.Thread(target=claim_in_thread)
+        thread.start()
+        thread.join(timeout=0.5)
+        assert claims == []  # the claim waits for the pause's lock
+    thread.join(timeout=30)
+    [claim] = claims
+    assert claim.jobs == [] and claim.held_back == {"default": [job_id]}
+    assert Job.objects.get(pk=job_id).status == "queued"
+
+
 @pytest.mark.django_db
 def test_bad_controls_name_the_field():
     with pytest.raises(UnknownQueue) as unknown:

@@ -94,26 +94,16 @@ class _LoggedCursor(psycopg.Cursor):
             connection.queries_log.append({"sql": query, "time": f"{time.monotonic() - started:.3f}"})
 
 
-# Plans the block's prepared statements once per connection (see one_round_trip).
-_GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan"
-
-
 @contextmanager
-def one_round_trip(*, generic_plans: bool = False) -> Iterator[None]:
+def one_round_trip() -> Iterator[None]:
     """Statements executed on ``prepared()`` cursors inside go out together, as one transaction.
 
     In autocommit, the block is wrapped in an explicit BEGIN ... COMMIT sent in
     psycopg's pipeline mode: one network round trip in all, the commit's wait
     included (a Django transaction costs three: BEGIN, the statements, COMMIT).
     Inside a Django transaction, the statements share one round trip and the
-    caller's commit follows. Results are read after the block.
-
-    ``generic_plans``: the statements run their generic plan, made once per
-    connection, until the transaction ends. PostgreSQL otherwise plans a prepared
-    statement again on every run while a plan for the given values looks cheaper
-    than the generic one: for the claim it always did, and planning its CTE took
-    longer than running it. Only for statements written to have one good plan
-    whatever the values (primary-key look-ups).
+    caller's commit follows. Results are read after the block. (One statement
+    alone needs none of this: in autocommit it is its own transaction.)
     """
     connection.ensure_connection()
     raw = connection.connection
@@ -123,8 +113,6 @@ def one_round_trip(*, generic_plans: bool = False) -> Iterator[None]:
             with raw.pipeline():
                 if own_transaction:
                     raw.execute("BEGIN")
-                if generic_plans:
-                    raw.execute(_GENERIC_PLANS)
                 yield
                 if own_transaction:
                     raw.execute("COMMIT")
