@@ -6,7 +6,10 @@ server's. ``queue_claim_jobs`` takes the locks, then claims: each statement of
 a VOLATILE function takes a fresh snapshot, so the claim still sees every
 pause, limit change and claim committed before its locks were granted. It runs
 on generic plans (planned once per session, as the prepared claim statement
-did). Statuses, event and level stay arguments, bound from the transition table.
+did) and without JIT compilation: once the jobs table is large, the estimated
+cost of the queue-limit count crossed jit_above_cost and every claim spent
+50-80 ms compiling a plan that then ran in under one. Statuses, event and
+level stay arguments, bound from the transition table.
 
 A later change to the claim replaces this function in a migration of its own.
 """
@@ -24,6 +27,7 @@ CREATE FUNCTION queue_claim_jobs(
 )
 LANGUAGE plpgsql VOLATILE
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 AS $claim$
 #variable_conflict use_column
 DECLARE
@@ -81,10 +85,12 @@ BEGIN
                     WHEN NOT buckets.locked
                          AND (buckets.concurrency_limit IS NOT NULL OR buckets.rate_limit IS NOT NULL) THEN 0
                     ELSE least(
-                        coalesce(buckets.concurrency_limit - (SELECT count(*) FROM jobs p
-                                                               WHERE p.queue = buckets.name
-                                                                 AND p.status = p_target),
-                                 2147483647),
+                        -- Running jobs are counted only for a queue with a concurrency limit.
+                        CASE WHEN buckets.concurrency_limit IS NULL THEN 2147483647
+                             ELSE buckets.concurrency_limit - (SELECT count(*) FROM jobs p
+                                                                WHERE p.queue = buckets.name
+                                                                  AND p.status = p_target)
+                        END,
                         coalesce(floor(buckets.tokens)::bigint, 2147483647))
                END AS allowed
           FROM buckets

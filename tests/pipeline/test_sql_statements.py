@@ -1,11 +1,14 @@
 """The named SQL statements as the hot path sends them: parsed by psycopg once per process."""
 
+import json
+
 import psycopg._queries
 import pytest
 from django.db import connection
 
 from queue_app.engine import execution, sql
-from queue_app.services import enqueue_job
+from queue_app.engine.transitions import table_params
+from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
 
 # Statements run for every job or every claim.
 HOT_PATH = ("insert_job", "claim_jobs", "complete_jobs", "extend_leases")
@@ -41,14 +44,42 @@ def test_a_repeated_claim_reuses_psycopgs_converted_statements():
 
 
 @pytest.mark.django_db
-def test_the_claim_function_runs_its_statements_on_generic_plans():
+def test_the_claim_function_runs_its_statements_on_generic_plans_without_jit():
     # PostgreSQL re-plans a statement on every run while a plan for the given values looks
     # cheaper than its generic plan; for the claim it always did, and planning its CTE took
     # longer than running it. The function's own setting keeps the plan it made once.
+    # JIT compiled the claim on every call once its estimated cost passed jit_above_cost.
     with connection.cursor() as cursor:
         cursor.execute("SELECT proconfig, provolatile FROM pg_proc WHERE proname = 'queue_claim_jobs'")
         [(config, volatility)] = cursor.fetchall()
-    assert config == ["plan_cache_mode=force_generic_plan"]
+    assert sorted(config) == ["jit=off", "plan_cache_mode=force_generic_plan"]
     # VOLATILE: each statement inside takes a fresh snapshot, so the claim sees what
     # committed while it waited for its queue locks (test_queue_controls_claim.py).
     assert volatility == "v"
+
+
+def _plan(name: str, params: dict) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + sql.query(name), params)
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+
+@pytest.mark.django_db
+def test_running_jobs_are_completed_and_extended_by_primary_key():
+    """With many jobs running and no statistics yet, a plan that hashes every processing job
+    to complete or extend a few costs milliseconds per call; the statements leave the
+    planner only the primary key."""
+    jobs = enqueue_jobs([JobRequest(type="demo.echo", payload={"n": n}) for n in range(3000)])
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE jobs SET status = 'processing', fence = 1, worker_id = 'w-plan'")
+    rows = json.dumps([{"id": str(job.id), "fence": 1, "result": None} for job in jobs[:20]])
+    plans = {
+        "complete_jobs": _plan("complete_jobs", {"rows": rows, **table_params("complete")}),
+        "extend_leases": _plan(
+            "extend_leases", {"rows": rows, "lease": 60, "processing": "processing", "worker": "w-plan"}
+        ),
+    }
+    for name, plan in plans.items():
+        assert "on jobs_pkey" in plan, (name, plan)
+        assert "Seq Scan on jobs" not in plan, (name, plan)
+        assert "idx_jobs_processing_queue" not in plan and "idx_jobs_status" not in plan, (name, plan)

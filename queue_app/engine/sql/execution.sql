@@ -13,6 +13,9 @@ SELECT id, type, queue, payload, attempts, max_attempts, fence, claimed, trace_c
                         %(lock_class)s, %(sources)s::text[], %(target)s, %(event)s, %(level)s)
 
 -- name: complete_jobs
+-- Primary-key look-ups of the given ids, whatever the statistics say (as in the
+-- claim): joined to the input rows alone, the jobs could be planned as a scan of
+-- every job or a hash of every processing one, to complete a few.
 WITH input AS (
     SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS t(id uuid, fence bigint, result jsonb)
 ), done AS (
@@ -20,7 +23,8 @@ WITH input AS (
        SET status = %(target)s, result = input.result, completed_at = now(),
            last_error = '', last_error_class = '', last_error_traceback = '', worker_id = '', lease_expires_at = NULL
       FROM input
-     WHERE jobs.id = input.id AND jobs.status = ANY(%(sources)s) AND jobs.fence = input.fence
+     WHERE jobs.id = ANY(ARRAY(SELECT input.id FROM input)) AND jobs.id = input.id
+       AND jobs.status || '' = ANY(%(sources)s) AND jobs.fence = input.fence
  RETURNING jobs.id, jobs.attempts, jobs.type, jobs.queue
 ), logged AS (
     INSERT INTO job_logs (job_id, created_at, level, event, message, extra)
@@ -48,11 +52,14 @@ UPDATE jobs
 RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_at, type
 
 -- name: extend_leases
--- Heartbeat: push out the leases a worker still holds.
+-- Heartbeat: push out the leases a worker still holds. By primary key (see complete_jobs).
+WITH held AS (
+    SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS t(id uuid, fence bigint)
+)
 UPDATE jobs SET lease_expires_at = now() + make_interval(secs => %(lease)s)
-  FROM jsonb_to_recordset(%(rows)s::jsonb) AS t(id uuid, fence bigint)
- WHERE jobs.id = t.id AND jobs.fence = t.fence
-   AND jobs.status = %(processing)s AND jobs.worker_id = %(worker)s
+  FROM held
+ WHERE jobs.id = ANY(ARRAY(SELECT held.id FROM held)) AND jobs.id = held.id AND jobs.fence = held.fence
+   AND jobs.status || '' = %(processing)s AND jobs.worker_id = %(worker)s
 RETURNING jobs.id
 
 
