@@ -1,12 +1,35 @@
-"""Job ids: the one place that decides whether a value names a job."""
+"""Job ids: the one place that makes them and decides whether a value names a job."""
 
 from __future__ import annotations
 
+import os
 import re
+import time
 import uuid
 
 # How PostgreSQL (and this project) prints a UUID; matched before parsing, the fast path.
 _CANONICAL = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def new_job_id() -> uuid.UUID:
+    """A new job id: a time-ordered UUID, version 7 (RFC 9562).
+
+    Random (version 4) ids scatter each insert over the whole primary key and the
+    job_id indexes of the log and the outbox: in a big table nearly every insert
+    reads and dirties a page of its own, and the first write to each page after a
+    checkpoint logs all of it. Time-ordered ids append at the right edge instead.
+    The 12 bits after the version hold the sub-millisecond clock (RFC 9562, 6.2,
+    method 3), so ids sort by creation time to 1/4096 ms; 62 bits stay random.
+    """
+    millis, nanos = divmod(time.time_ns(), 1_000_000)
+    return uuid7(millis, nanos * 4096 // 1_000_000, int.from_bytes(os.urandom(8)))
+
+
+def uuid7(unix_ms: int, rand_a: int, rand_b: int) -> uuid.UUID:
+    """The version 7 layout: 48 bits of Unix milliseconds, the version, 12 bits of
+    ``rand_a``, the variant, then the low 62 bits of ``rand_b``."""
+    value = (unix_ms & (1 << 48) - 1) << 80 | 0x7 << 76 | (rand_a & 0xFFF) << 64
+    return uuid.UUID(int=value | 0b10 << 62 | rand_b & (1 << 62) - 1)
 
 
 def parse_job_id(value: object) -> uuid.UUID | None:

@@ -1,12 +1,11 @@
 """PostgreSQL is the record: jobs, their log trail, the outbox of Redis intents, queue controls."""
 
-import uuid
-
 from django.conf import settings
 from django.db import models
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Now
 
+from queue_app.ids import new_job_id
 from queue_app.states import Priority, Status
 
 
@@ -16,7 +15,7 @@ def task_path_expression() -> KeyTextTransform:
 
 
 class Job(models.Model):
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    id = models.UUIDField(primary_key=True, default=new_job_id, editable=False)
     type = models.CharField(max_length=200)
     queue = models.CharField(max_length=100, default="default")
     payload = models.JSONField(default=dict, blank=True)

@@ -29,6 +29,7 @@ from queue_app.exceptions import (
     QueueError,
 )
 from queue_app.handlers import get_handler
+from queue_app.ids import new_job_id
 from queue_app.models import Job, OutboxMessage
 from queue_app.observability import metrics, tracing
 from queue_app.payloads import check_json, checked_json_text
@@ -205,7 +206,7 @@ def _plan(item: _Checked, now: datetime) -> _Planned:
         request=request,
         payload_json=item.payload_json,
         max_attempts=item.max_attempts,
-        id=uuid.uuid4(),
+        id=new_job_id(),
         priority=item.priority,
         priority_value=item.priority_value,
         queue=str(request.queue),
