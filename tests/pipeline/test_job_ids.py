@@ -39,7 +39,8 @@ def test_ids_made_apart_sort_in_the_order_they_were_made():
 @pytest.mark.redis
 def test_jobs_enqueued_one_after_another_follow_each_other_in_the_primary_key():
     single = [enqueue_job("demo.echo", {"n": n}).id for n in range(10)]
-    bulk = [job.id for job in enqueue_jobs([JobRequest(type="demo.echo", payload={"n": n}) for n in range(10)])]
+    requests = [JobRequest(type="demo.echo", payload={"n": n}) for n in range(10)]
+    bulk = [job.id for job in enqueue_jobs(requests)]
     assert all(job_id.version == 7 for job_id in single + bulk)
     # PostgreSQL orders uuids by their bytes: the order of the calls.
     assert list(Job.objects.order_by("id").values_list("id", flat=True)[:10]) == single
