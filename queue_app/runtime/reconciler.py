@@ -30,7 +30,6 @@ are harmless: a worker claims by compare-and-set and drops the rest.
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 import uuid
 from collections import Counter
@@ -48,6 +47,7 @@ from queue_app.engine import execution, sql
 from queue_app.ids import canonical_job_id
 from queue_app.observability import metrics
 from queue_app.runtime.outages import OutageGuard
+from queue_app.runtime.stop_signal import StopSignal
 from queue_app.states import Status
 
 log = structlog.get_logger("queue_app.reconciler")
@@ -144,7 +144,7 @@ class Reconciler:
         self.report = report or (lambda line: None)
         # Ids per Lua call stay well below Lua's unpack() limit (about 8000).
         self._script_chunk = min(self.batch_size, 1000)
-        self._stop = threading.Event()
+        self._stop = StopSignal()
         self._counts: Counter = Counter()
         self._started = self._last_progress = time.monotonic()
 

@@ -14,7 +14,6 @@ are passed over, so resuming it does not run it late.
 
 from __future__ import annotations
 
-import threading
 from datetime import datetime, timedelta
 
 import structlog
@@ -25,6 +24,7 @@ from queue_app.engine.scheduling import enqueue_schedule_tick, ensure_schedule_s
 from queue_app.exceptions import QueueError
 from queue_app.models import ScheduleState
 from queue_app.runtime.outages import OutageGuard
+from queue_app.runtime.stop_signal import StopSignal
 from queue_app.schedules import Schedule, all_schedules
 
 log = structlog.get_logger("queue_app.scheduler")
@@ -45,7 +45,7 @@ class Scheduler:
         self.schedules = all_schedules() if schedules is None else schedules
         self.poll_seconds = poll_seconds or queue_settings().SCHEDULER_POLL_SECONDS
         self.enqueued_total = 0
-        self._stop = threading.Event()
+        self._stop = StopSignal()
 
     def stop(self) -> None:
         """Return after the current pass (safe from a signal handler)."""

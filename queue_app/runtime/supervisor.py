@@ -127,6 +127,9 @@ class Supervisor:
         self.children = [Child(index=i, worker_id=f"{name}/{i}") for i in range(concurrency)]
         self.stopping = False
         self.stop_deadline: float | None = None
+        # The signal that asked for the stop, until the loop has logged it (never the handler:
+        # it may interrupt a log write, whose lock it would then wait on for ever).
+        self._unlogged_stop: int | None = None
         self._context = multiprocessing.get_context("fork")
         self._name_lock = WorkerNameLock(name)
         self._name_checked = 0.0
@@ -137,10 +140,15 @@ class Supervisor:
         self.stopping = True
         settings = queue_settings()
         self.stop_deadline = time.monotonic() + settings.SHUTDOWN_GRACE_SECONDS + 5
-        log.info("supervisor_stopping", name=self.name, signal=signal.Signals(signum).name)
+        self._unlogged_stop = signum
         for child in self.children:
             if child.process is not None and child.process.is_alive():
                 os.kill(child.process.pid, signal.SIGTERM)
+
+    def _log_stop(self) -> None:
+        if self._unlogged_stop is not None:
+            log.info("supervisor_stopping", name=self.name, signal=signal.Signals(self._unlogged_stop).name)
+            self._unlogged_stop = None
 
     def _start(self, child: Child) -> None:
         # Forked children must not share the parent's database sockets or pool.
@@ -227,6 +235,7 @@ class Supervisor:
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+            self._log_stop()
             self._name_lock.release()
         log.info("supervisor_stopped", name=self.name)
         return 0
@@ -239,6 +248,7 @@ class Supervisor:
             alive = [c for c in self.children if c.process is not None and c.process.is_alive()]
             if not alive and (self.stopping or all(c.exited_cleanly for c in self.children)):
                 return
+            self._log_stop()
             self._read_reports(timeout=0.2)
             self._enforce_hard_limits()
             self._reap()

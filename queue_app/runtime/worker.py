@@ -115,6 +115,8 @@ class Worker:
         # When this process last knew (from a claim or a check) that its unstarted jobs' leases held.
         self._leases_confirmed_at = 0.0
         self.stopping = False
+        # The signal that asked this worker to stop; logged by the loop, not the handler.
+        self.stop_signal: int | None = None
         # Claimed and not yet settled: id -> fence (read by the heartbeat thread).
         self.held: dict[str, int] = {}
         self.lost: set[str] = set()
@@ -161,8 +163,9 @@ class Worker:
         return previous
 
     def _on_stop(self, signum, frame) -> None:
-        if not self.stopping:
-            log.info("worker_stopping", worker=self.worker_id, signal=signal.Signals(signum).name)
+        # No logging here: the handler may interrupt a log write, whose lock it would wait on.
+        if self.stop_signal is None:
+            self.stop_signal = signum
         self.stopping = True
         if self.current is not None and self.shutdown_deadline is None:
             self.shutdown_deadline = time.monotonic() + queue_settings().SHUTDOWN_GRACE_SECONDS
@@ -241,6 +244,9 @@ class Worker:
                     guard.failed(exc)
         finally:
             self.stopping = True
+            if self.stop_signal is not None:
+                stopped_by = signal.Signals(self.stop_signal).name
+                log.info("worker_stopping", worker=self.worker_id, signal=stopped_by)
             self._finish(guard)
             heartbeat.stop()
             for signum, handler in previous.items():
