@@ -180,8 +180,8 @@ def complete_jobs(completions: Sequence[Completion]) -> set[str]:
     if not completions:
         return set()
     with sql.prepared() as cursor:
-        # In autocommit, one statement is its own transaction: it and its commit in one round trip.
-        cursor.execute(*_completion_statement(completions))
+        with sql.one_round_trip():
+            cursor.execute(*_completion_statement(completions))
         return _completed(completions, cursor.fetchall())
 
 
@@ -347,20 +347,19 @@ def extend_leases(held: Sequence[tuple[str, int]], *, worker_id: str) -> set[str
     if not held:
         return set()
     rows = [{"id": job_id, "fence": fence} for job_id, fence in held]
-    with transaction.atomic(), sql.prepared() as cursor:
-        cursor.execute(
-            sql.query("extend_leases"),
-            {
-                "rows": json.dumps(rows),
-                "worker": worker_id,
-                "lease": queue_settings().LEASE_SECONDS,
-                "processing": Status.PROCESSING,
-            },
-        )
+    params = {
+        "rows": json.dumps(rows),
+        "worker": worker_id,
+        "lease": queue_settings().LEASE_SECONDS,
+        "processing": Status.PROCESSING,
+    }
+    with sql.prepared() as cursor:
+        with sql.one_round_trip():
+            cursor.execute(sql.query("extend_leases"), params)
         still_held = {str(row[0]) for row in cursor.fetchall()}
-        lost = [(job_id, fence) for job_id, fence in held if job_id not in still_held]
-        if lost:
-            _record_fenced(lost, HEARTBEAT_FENCED)
+    lost = [(job_id, fence) for job_id, fence in held if job_id not in still_held]
+    if lost:
+        _record_fenced(lost, HEARTBEAT_FENCED)
     return still_held
 
 

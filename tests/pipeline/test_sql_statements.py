@@ -7,7 +7,9 @@ import pytest
 from django.db import connection
 
 from queue_app.engine import execution, sql
+from queue_app.engine.execution import Completion
 from queue_app.engine.transitions import table_params
+from queue_app.models import Job
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
 
 # Statements run for every job or every claim.
@@ -52,7 +54,7 @@ def test_the_claim_function_runs_its_statements_on_generic_plans_without_jit():
     with connection.cursor() as cursor:
         cursor.execute("SELECT proconfig, provolatile FROM pg_proc WHERE proname = 'queue_claim_jobs'")
         [(config, volatility)] = cursor.fetchall()
-    assert sorted(config) == ["jit=off", "plan_cache_mode=force_generic_plan"]
+    assert sorted(config) == ["enable_seqscan=off", "jit=off", "plan_cache_mode=force_generic_plan"]
     # VOLATILE: each statement inside takes a fresh snapshot, so the claim sees what
     # committed while it waited for its queue locks (test_queue_controls_claim.py).
     assert volatility == "v"
@@ -83,3 +85,41 @@ def test_running_jobs_are_completed_and_extended_by_primary_key():
         assert "on jobs_pkey" in plan, (name, plan)
         assert "Seq Scan on jobs" not in plan, (name, plan)
         assert "idx_jobs_processing_queue" not in plan and "idx_jobs_status" not in plan, (name, plan)
+
+
+def _seq_scans_of_jobs() -> int:
+    """Sequential scans of the jobs table so far, this connection's own included."""
+    with connection.cursor() as cursor:
+        # This backend's counts reach the shared statistics when it next goes idle.
+        cursor.execute("SELECT pg_stat_force_next_flush()")
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute("SELECT seq_scan FROM pg_stat_user_tables WHERE relid = 'jobs'::regclass")
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("count", [300, 1500])
+def test_claims_completions_and_heartbeats_never_scan_a_small_jobs_table(count):
+    """On a table of up to a few thousand jobs the planner took a scan of every job for as
+    cheap as a few primary-key look-ups (it is several times slower): the claim's generic
+    plan, made once per connection, then scanned the table on every claim. Counted by
+    PostgreSQL itself, as the worker sends them: claim, claim with completions, heartbeat,
+    completion alone."""
+    jobs = enqueue_jobs([JobRequest(type="demo.echo", payload={"n": n}) for n in range(count)])
+    first, second = (str(job.id) for job in jobs[:2])
+    with connection.cursor() as cursor:
+        cursor.execute("DISCARD PLANS")  # plans this connection made for other tables
+    before = _seq_scans_of_jobs()
+
+    [claimed] = execution.claim([first], worker_id="w-plan", queues={"default": False}).jobs
+    [next_claimed] = execution.claim(
+        [second],
+        worker_id="w-plan",
+        queues={"default": False},
+        completions=[Completion(claimed.id, claimed.fence, None)],
+    ).jobs
+    assert execution.extend_leases([(next_claimed.id, next_claimed.fence)], worker_id="w-plan") == {second}
+    assert execution.complete_jobs([Completion(next_claimed.id, next_claimed.fence, None)]) == {second}
+
+    assert _seq_scans_of_jobs() == before
+    assert Job.objects.filter(id__in=[first, second], status="completed").count() == 2
