@@ -55,6 +55,7 @@ from queue_app.broker.ready import (
     reserve,
     return_expired,
     take_due,
+    wait_and_reserve,
     wait_for_work,
     wake,
 )
@@ -122,6 +123,7 @@ __all__ = [
     "scan_sorted_set",
     "snapshot_list",
     "take_due",
+    "wait_and_reserve",
     "wait_for_work",
     "wake",
     "wake_key",

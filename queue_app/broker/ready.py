@@ -174,18 +174,48 @@ return ids
 _reserve_scripts: dict[int, Script] = {}
 
 
+def _reserve_script(client: redis.Redis) -> Script:
+    script = _reserve_scripts.get(id(client))
+    if script is None:
+        script = _reserve_scripts[id(client)] = client.register_script(_RESERVE)
+    return script
+
+
+def _reserve_keys(queue: str, fifo: bool) -> list[str]:
+    return [ready_key(queue, fifo), inflight_key(queue), inflight_places_key(queue), wake_key(queue)]
+
+
 def reserve(
     client: redis.Redis, queue: str, fifo: bool, count: int, acknowledge: Sequence[str] = ()
 ) -> list[str]:
     """Pop up to ``count`` ready ids of one queue into its in-flight set (atomic), after
     acknowledging ``acknowledge`` (ids of the queue whose claim committed): one round trip."""
     # The hot path: EVALSHA, so the script's text is not sent (and hashed) on every pop.
-    script = _reserve_scripts.get(id(client))
-    if script is None:
-        script = _reserve_scripts[id(client)] = client.register_script(_RESERVE)
-    keys = [ready_key(queue, fifo), inflight_key(queue), inflight_places_key(queue), wake_key(queue)]
     args = [count, INFLIGHT_SECONDS, "1" if fifo else "0", *acknowledge]
-    return list(script(keys=keys, args=args, client=client))
+    return list(_reserve_script(client)(keys=_reserve_keys(queue, fifo), args=args, client=client))
+
+
+def wait_and_reserve(client: redis.Redis, queue: str, fifo: bool, count: int, timeout: float) -> list[str]:
+    """``wait_for_work`` on one queue, then ``reserve``, in one round trip (not on a cluster).
+
+    Both commands go out together: Redis holds the pop until the wait ends, then
+    runs it at once (a blocked client's next command runs as soon as it is
+    served). A woken worker then holds its ids without asking again, a round trip
+    nearer its job's start. After a wait that timed out, the pop finds what is there.
+    """
+    script = _reserve_script(client)
+    keys = _reserve_keys(queue, fifo)
+    pipe = client.pipeline(transaction=False)
+    pipe.blpop([wake_key(queue)], timeout=timeout)
+    # EVALSHA by hand: a pipeline running a Script checks that it exists first, a round trip.
+    args = [count, INFLIGHT_SECONDS, "1" if fifo else "0"]
+    pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+    _, popped = pipe.execute(raise_on_error=False)
+    if isinstance(popped, redis.exceptions.NoScriptError):
+        return reserve(client, queue, fifo, count)  # Redis lost its scripts: this call loads it
+    if isinstance(popped, Exception):
+        raise popped
+    return list(popped)
 
 
 def acknowledge(client: redis.Redis, popped: dict[str, list[str]]) -> None:

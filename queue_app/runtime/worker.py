@@ -275,14 +275,27 @@ class Worker:
             self._flush_completions()
             if self.burst and not self.held and not self._work_left():
                 return False
-            broker.wait_for_work(client, self.queues, self._wait_seconds())
-            return True
+            popped = self._wait_for_work(client)
+            if not popped:
+                return True
         # A crash from here until the claim commits leaves the ids in the in-flight
         # sets; the next sweep (any worker's upkeep) puts them back within seconds.
         if self._fault is not None:
             self._fault("worker.after_pop")
         self._process(client, popped)
         return True
+
+    def _wait_for_work(self, client) -> dict[str, list[str]]:
+        """Block for a wake token. Serving one queue that may be popped (and not on a
+        cluster), pop in the same round trip: what the next step would pop first."""
+        wait = self._wait_seconds()
+        if len(self.queue_layouts) == 1 and not broker.is_cluster(client):
+            [(queue, fifo)] = self.queue_layouts
+            if self._may_pop(queue, time.monotonic()):
+                ids = broker.wait_and_reserve(client, queue, fifo, self._claim_size(), wait)
+                return {queue: ids} if ids else {}
+        broker.wait_for_work(client, self.queues, wait)
+        return {}
 
     def _work_left(self) -> bool:
         """For a burst worker: a queued job that is due (or, with_scheduled, any queued job)

@@ -1,5 +1,6 @@
 """Redis layout and exact priority ordering: (priority desc, enqueue time asc), FIFO within one value."""
 
+import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -190,6 +191,31 @@ def test_wait_for_work_blocks_then_returns_nothing(redis_client):
 def test_an_arrival_wakes_a_waiting_worker(redis_client):
     broker.apply(redis_client, [broker.Intent("enqueue", "x", "default", False, 5.0)])
     assert broker.wait_for_work(redis_client, ["default"], timeout=0.1) is True
+
+
+@pytest.mark.parametrize("fifo", [True, False])
+def test_a_worker_woken_while_waiting_holds_the_new_ids_when_its_wait_returns(redis_client, fifo):
+    # The pop goes out with the wait and runs the moment the wake token arrives.
+    arrive = threading.Timer(0.3, broker.apply, [redis_client, in_order_intents(fifo)[:2]])
+    arrive.start()
+    try:
+        assert broker.wait_and_reserve(redis_client, "q", fifo, 5, timeout=10) == ["id-0", "id-1"]
+    finally:
+        arrive.cancel()
+    assert sorted(redis_client.zrange(broker.inflight_key("q"), 0, -1)) == ["id-0", "id-1"]
+    assert redis_client.llen(broker.wake_key("q")) == 0
+
+
+def test_a_wait_that_times_out_pops_nothing_from_an_empty_queue(redis_client):
+    assert broker.wait_and_reserve(redis_client, "q", False, 5, timeout=0.1) == []
+    assert redis_client.zcard(broker.inflight_key("q")) == 0
+
+
+def test_a_wait_and_pop_after_redis_lost_its_scripts_still_pops(redis_client):
+    broker.apply(redis_client, in_order_intents(False))
+    redis_client.script_flush()
+    assert broker.wait_and_reserve(redis_client, "q", False, 2, timeout=1) == ["id-0", "id-1"]
+    assert broker.wait_and_reserve(redis_client, "q", False, 2, timeout=1) == ["id-2", "id-3"]
 
 
 def member_of(i: int) -> str:
