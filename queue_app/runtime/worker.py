@@ -293,6 +293,10 @@ class Worker:
             [(queue, fifo)] = self.queue_layouts
             if self._may_pop(queue, time.monotonic()):
                 ids = broker.wait_and_reserve(client, queue, fifo, self._claim_size(), wait)
+                if ids and self.stopping:
+                    # Stopped while waiting: the ids go back in place, unclaimed.
+                    broker.put_back(client, queue, fifo, ids)
+                    return {}
                 return {queue: ids} if ids else {}
         broker.wait_for_work(client, self.queues, wait)
         return {}

@@ -8,12 +8,13 @@ import pytest
 from django.db import connection
 from structlog.testing import capture_logs
 
-from queue_app import services
+from queue_app import broker, services
 from queue_app.engine import execution
 from queue_app.engine.execution import Completion, claim_jobs
 from queue_app.models import Job, JobLog
+from queue_app.runtime.worker import Worker
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
-from tests.helpers import relay_all, run_worker
+from tests.helpers import ready_ids, relay_all, run_worker
 from tests.probe.jobs import RUN_ORDER
 from tests.probe.models import Effect, Execution
 
@@ -31,6 +32,23 @@ def test_echo_job_completes_with_its_result_and_trail():
     assert job.status == "completed" and job.result == {"hello": "world"}
     assert job.attempts == 1 and job.completed_at >= job.started_at and job.worker_id == ""
     assert events(job) == ["enqueued", "claimed", "completed"]
+
+
+def test_a_worker_woken_after_its_stop_puts_the_popped_ids_back_unclaimed():
+    # The pop goes out with the wait (one queue): a stop that came meanwhile must not claim.
+    job = enqueue_job("demo.echo", {})
+    client = broker.get_client()
+    assert ready_ids(client) == [str(job.id)]
+    worker = Worker(worker_id="w-stopped", queues=["default"])
+    worker._refresh_controls(now=True)
+    worker.stopping = True
+    assert worker._wait_for_work(client) == {}
+    assert ready_ids(client) == [str(job.id)]
+    assert client.zcard(broker.inflight_key("default")) == 0
+    job.refresh_from_db()
+    assert job.status == "queued" and job.attempts == 0
+    worker.stopping = False
+    assert worker._wait_for_work(client) == {"default": [str(job.id)]}
 
 
 def test_failing_handler_ends_failed_after_exactly_max_attempts_with_backoff():
@@ -153,8 +171,6 @@ def test_atomic_handler_effect_rolls_back_when_fenced():
     job = enqueue_job("probe.effect", {"sleep": 0})
     [claimed] = claim_jobs([str(job.id)], worker_id="w")
     services.cancel_job(job.id)
-    from queue_app.runtime.worker import Worker
-
     worker = Worker(worker_id="w", queues=["default"])
     worker.held[claimed.id] = claimed.fence
     worker.run_job(claimed)
