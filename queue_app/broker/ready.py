@@ -80,7 +80,15 @@ redis.call('LTRIM', KEYS[2], 0, 0)
 """
 # Pairs per script call: Lua's unpack takes a few thousand values at most.
 _PUSH_CHUNK = 1000
-_push_scripts: dict[int, Script] = {}
+_scripts: dict[tuple[int, str], Script] = {}
+
+
+def _script(client: redis.Redis, source: str) -> Script:
+    """The script registered once per client, so each call is an EVALSHA of a known hash."""
+    script = _scripts.get((id(client), source))
+    if script is None:
+        script = _scripts[id(client), source] = client.register_script(source)
+    return script
 
 
 def push_ready_args(members: Sequence[tuple[float, str]]) -> list[list[float | str]]:
@@ -94,9 +102,7 @@ def push_ready_args(members: Sequence[tuple[float, str]]) -> list[list[float | s
 def push_ready(client: redis.Redis, queue: str, members: Sequence[tuple[float, str]]) -> None:
     """Make just-created jobs ready in a priority queue, as (score, member) pairs, and wake a
     worker: one script call per thousand jobs, in one round trip."""
-    script = _push_scripts.get(id(client))
-    if script is None:
-        script = _push_scripts[id(client)] = client.register_script(PUSH_READY_SCRIPT)
+    script = _script(client, PUSH_READY_SCRIPT)
     keys = [priority_key(queue), wake_key(queue)]
     chunks = push_ready_args(members)
     if len(chunks) == 1:
@@ -171,16 +177,6 @@ return ids
 """
 
 
-_reserve_scripts: dict[int, Script] = {}
-
-
-def _reserve_script(client: redis.Redis) -> Script:
-    script = _reserve_scripts.get(id(client))
-    if script is None:
-        script = _reserve_scripts[id(client)] = client.register_script(_RESERVE)
-    return script
-
-
 def _reserve_keys(queue: str, fifo: bool) -> list[str]:
     return [ready_key(queue, fifo), inflight_key(queue), inflight_places_key(queue), wake_key(queue)]
 
@@ -192,7 +188,7 @@ def reserve(
     acknowledging ``acknowledge`` (ids of the queue whose claim committed): one round trip."""
     # The hot path: EVALSHA, so the script's text is not sent (and hashed) on every pop.
     args = [count, INFLIGHT_SECONDS, "1" if fifo else "0", *acknowledge]
-    return list(_reserve_script(client)(keys=_reserve_keys(queue, fifo), args=args, client=client))
+    return list(_script(client, _RESERVE)(keys=_reserve_keys(queue, fifo), args=args, client=client))
 
 
 def wait_and_reserve(client: redis.Redis, queue: str, fifo: bool, count: int, timeout: float) -> list[str]:
@@ -203,7 +199,7 @@ def wait_and_reserve(client: redis.Redis, queue: str, fifo: bool, count: int, ti
     served). A woken worker then holds its ids without asking again, a round trip
     nearer its job's start. After a wait that timed out, the pop finds what is there.
     """
-    script = _reserve_script(client)
+    script = _script(client, _RESERVE)
     keys = _reserve_keys(queue, fifo)
     pipe = client.pipeline(transaction=False)
     pipe.blpop([wake_key(queue)], timeout=timeout)
