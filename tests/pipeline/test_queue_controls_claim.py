@@ -1,6 +1,7 @@
 """The claim honours queue controls (engine level, one process, real PostgreSQL)."""
 
 import threading
+import uuid
 
 import pytest
 from django.db import connection, transaction
@@ -29,6 +30,25 @@ def test_a_paused_queue_claims_nothing_and_holds_every_id_back():
     assert not JobLog.objects.filter(event="claimed").exists()
     resume_queue("default")
     assert [job.id for job in execution.claim(ids, worker_id="w").jobs] == ids
+
+
+@pytest.mark.django_db
+def test_one_claim_takes_a_free_queues_jobs_and_holds_a_paused_queues_back(queue_config):
+    """The short path claims the free queue's jobs; the full claim then holds the paused one's back."""
+    queue_config(QUEUES="default,reports")
+    free = _ids(2)
+    paused = [str(enqueue_job("probe.run", queue="reports").id) for _ in range(2)]
+    pause_queue("reports")
+    ids = [free[0], paused[0], free[1], paused[1]]
+    claim = execution.claim(ids, worker_id="w")
+    assert [job.id for job in claim.jobs] == free
+    assert claim.held_back == {"reports": paused}
+    assert dict(Job.objects.values_list("id", "status")) == {
+        **{uuid.UUID(pk): "processing" for pk in free},
+        **{uuid.UUID(pk): "queued" for pk in paused},
+    }
+    claimed_logs = JobLog.objects.filter(event="claimed")
+    assert sorted(str(pk) for pk in claimed_logs.values_list("job_id", flat=True)) == sorted(free)
 
 
 @pytest.mark.django_db

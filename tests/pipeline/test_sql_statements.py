@@ -51,13 +51,45 @@ def test_the_claim_function_runs_its_statements_on_generic_plans_without_jit():
     # cheaper than its generic plan; for the claim it always did, and planning its CTE took
     # longer than running it. The function's own setting keeps the plan it made once.
     # JIT compiled the claim on every call once its estimated cost passed jit_above_cost.
+    # Both: the claim's short path, and the claim with queue controls it falls back to.
     with connection.cursor() as cursor:
-        cursor.execute("SELECT proconfig, provolatile FROM pg_proc WHERE proname = 'queue_claim_jobs'")
-        [(config, volatility)] = cursor.fetchall()
-    assert sorted(config) == ["enable_seqscan=off", "jit=off", "plan_cache_mode=force_generic_plan"]
-    # VOLATILE: each statement inside takes a fresh snapshot, so the claim sees what
-    # committed while it waited for its queue locks (test_queue_controls_claim.py).
-    assert volatility == "v"
+        cursor.execute(
+            "SELECT proname, proconfig, provolatile FROM pg_proc"
+            " WHERE proname IN ('queue_claim_jobs', 'queue_claim_controlled_jobs') ORDER BY proname"
+        )
+        functions = cursor.fetchall()
+    assert [name for name, _, _ in functions] == ["queue_claim_controlled_jobs", "queue_claim_jobs"]
+    for _, config, volatility in functions:
+        assert sorted(config) == ["enable_seqscan=off", "jit=off", "plan_cache_mode=force_generic_plan"]
+        # VOLATILE: each statement inside takes a fresh snapshot, so the claim sees what
+        # committed while it waited for its queue locks (test_queue_controls_claim.py).
+        assert volatility == "v"
+
+
+def _controlled_claims() -> int:
+    """Calls of the claim with queue controls in this transaction (PostgreSQL's own count)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions"
+            " WHERE funcname = 'queue_claim_controlled_jobs'"
+        )
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db
+def test_a_claim_of_jobs_whose_queue_has_no_controls_takes_the_short_path():
+    """Migration 0014: only a claim that left an id unclaimed runs the full claim."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL track_functions = 'pl'")
+    first, second = enqueue_job("demo.echo", {"n": 1}), enqueue_job("demo.echo", {"n": 2})
+    claimed = execution.claim([str(first.id), str(second.id)], worker_id="w-sql", queues={"default": False})
+    assert [job.id for job in claimed.jobs] == [str(first.id), str(second.id)]
+    assert _controlled_claims() == 0
+    # Claimed already: the short path claims nothing, and the full claim skips it.
+    again = execution.claim([str(first.id)], worker_id="w-other", queues={"default": False})
+    assert again.jobs == [] and again.held_back == {}
+    assert _controlled_claims() == 1
+    assert Job.objects.get(id=first.id).worker_id == "w-sql"
 
 
 def _plan(name: str, params: dict) -> str:

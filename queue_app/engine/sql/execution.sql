@@ -5,7 +5,8 @@
 
 -- name: claim_jobs
 -- The queue locks, then the compare-and-set claim, in one call: the function
--- queue_claim_jobs, defined by migration 0011_claim_function (read it there).
+-- queue_claim_jobs (migration 0014_claim_fast_path), which falls back to the
+-- claim with queue controls of migration 0011_claim_function (read them there).
 -- Returns the claimed jobs (claimed = true) and the queued, due ids the queue
 -- controls held back (claimed = false), which the caller puts back in place.
 SELECT id, type, queue, payload, attempts, max_attempts, fence, claimed, trace_context, waited
