@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor, wait
 
+import psycopg
 from django.db import DatabaseError, connection
+from psycopg_pool import PoolTimeout
 
 from queue_app.broker.client import REDIS_ERRORS, connect
 from queue_app.conf import redis_url
@@ -23,16 +25,27 @@ _executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="health")
 
 
 def check_postgresql() -> str:
-    """'ok', or the error that the query raised."""
+    """'ok', or the error that the query raised.
+
+    From the pool, a connection is waited for HEALTH_TIMEOUT_SECONDS, not the
+    pool's own timeout: a check thread still waiting on a down server would hold
+    up its process's exit that long (Python joins these threads at exit).
+    """
+    pool = connection.pool
     try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-            cursor.fetchone()
-    except DatabaseError as exc:
+        if pool is None:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")
+                cursor.fetchone()
+        else:
+            pool.open()  # as Django's first connection would
+            with pool.connection(timeout=HEALTH_TIMEOUT_SECONDS) as pooled:
+                pooled.execute("SELECT 1").fetchone()
+    except (DatabaseError, psycopg.Error, PoolTimeout) as exc:
         return f"{type(exc).__name__}: {exc}".strip()
     finally:
-        # This thread's connection goes back to the pool (Django connections are per thread).
-        connection.close()
+        if pool is None:
+            connection.close()
     return "ok"
 
 

@@ -1,5 +1,6 @@
 """GET /api/stats/ against real rows and Redis contents; GET /api/health/ with a store down."""
 
+import time
 from datetime import timedelta
 from uuid import UUID
 
@@ -194,7 +195,9 @@ def test_health_is_503_naming_postgresql_when_it_does_not_answer():
 
 
 def test_health_answers_before_the_pool_gives_up_on_a_down_postgresql():
-    # The pool would wait its whole timeout (30 s here) for a connection; the probe does not.
+    # The pool would wait its whole timeout (30 s here) for a connection; the probe does not,
+    # and neither does the process's exit (which joins the check's thread).
+    started = time.monotonic()
     result = run_in_child(
         """
         import time
@@ -208,6 +211,7 @@ def test_health_answers_before_the_pool_gives_up_on_a_down_postgresql():
 
     assert result["status"] == 503
     assert result["seconds"] < 15
+    assert time.monotonic() - started < 15
 
 
 def test_a_request_during_a_postgres_outage_is_a_503_with_retry_after():
