@@ -181,13 +181,17 @@ def _reserve_keys(queue: str, fifo: bool) -> list[str]:
     return [ready_key(queue, fifo), inflight_key(queue), inflight_places_key(queue), wake_key(queue)]
 
 
+def _reserve_args(count: int, fifo: bool, acknowledge: Sequence[str] = ()) -> list[int | float | str]:
+    return [count, INFLIGHT_SECONDS, "1" if fifo else "0", *acknowledge]
+
+
 def reserve(
     client: redis.Redis, queue: str, fifo: bool, count: int, acknowledge: Sequence[str] = ()
 ) -> list[str]:
     """Pop up to ``count`` ready ids of one queue into its in-flight set (atomic), after
     acknowledging ``acknowledge`` (ids of the queue whose claim committed): one round trip."""
     # The hot path: EVALSHA, so the script's text is not sent (and hashed) on every pop.
-    args = [count, INFLIGHT_SECONDS, "1" if fifo else "0", *acknowledge]
+    args = _reserve_args(count, fifo, acknowledge)
     return list(_script(client, _RESERVE)(keys=_reserve_keys(queue, fifo), args=args, client=client))
 
 
@@ -204,8 +208,7 @@ def wait_and_reserve(client: redis.Redis, queue: str, fifo: bool, count: int, ti
     pipe = client.pipeline(transaction=False)
     pipe.blpop([wake_key(queue)], timeout=timeout)
     # EVALSHA by hand: a pipeline running a Script checks that it exists first, a round trip.
-    args = [count, INFLIGHT_SECONDS, "1" if fifo else "0"]
-    pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+    pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *_reserve_args(count, fifo))
     _, popped = pipe.execute(raise_on_error=False)
     if isinstance(popped, redis.exceptions.NoScriptError):
         return reserve(client, queue, fifo, count)  # Redis lost its scripts: this call loads it
