@@ -8,16 +8,19 @@ pool's timeout.
 
 from __future__ import annotations
 
+import math
 from concurrent.futures import ThreadPoolExecutor, wait
 
 import psycopg
-from django.db import DatabaseError, connection
+from django.db import connection
 from psycopg_pool import PoolTimeout
 
 from queue_app.broker.client import REDIS_ERRORS, connect
 from queue_app.conf import redis_url
 
 HEALTH_TIMEOUT_SECONDS = 1.0
+# libpq counts a connect timeout in whole seconds, and no fewer than 2.
+HEALTH_CONNECT_TIMEOUT_SECONDS = max(2, math.ceil(HEALTH_TIMEOUT_SECONDS))
 TIMED_OUT = f"no answer within {HEALTH_TIMEOUT_SECONDS:g} s"
 
 # A few threads shared by all requests; a check stuck past the deadline ends on its own.
@@ -27,25 +30,25 @@ _executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="health")
 def check_postgresql() -> str:
     """'ok', or the error that the query raised.
 
-    From the pool, a connection is waited for HEALTH_TIMEOUT_SECONDS, not the
-    pool's own timeout: a check thread still waiting on a down server would hold
-    up its process's exit that long (Python joins these threads at exit).
+    Neither way waits on a down server for longer than a few seconds: a check
+    thread still waiting would hold up its process's exit that long (Python
+    joins these threads at exit). From the pool, a connection is waited for
+    HEALTH_TIMEOUT_SECONDS, not the pool's own timeout; without one, the check
+    connects itself with a connect timeout, which libpq otherwise lacks.
     """
     pool = connection.pool
     try:
         if pool is None:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT 1")
-                cursor.fetchone()
+            params = connection.get_connection_params()
+            params["connect_timeout"] = HEALTH_CONNECT_TIMEOUT_SECONDS
+            with psycopg.connect(**params) as direct:
+                direct.execute("SELECT 1").fetchone()
         else:
             pool.open()  # as Django's first connection would
             with pool.connection(timeout=HEALTH_TIMEOUT_SECONDS) as pooled:
                 pooled.execute("SELECT 1").fetchone()
-    except (DatabaseError, psycopg.Error, PoolTimeout) as exc:
+    except (psycopg.Error, PoolTimeout) as exc:
         return f"{type(exc).__name__}: {exc}".strip()
-    finally:
-        if pool is None:
-            connection.close()
     return "ok"
 
 

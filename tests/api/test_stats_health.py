@@ -1,5 +1,6 @@
 """GET /api/stats/ against real rows and Redis contents; GET /api/health/ with a store down."""
 
+import socket
 import time
 from datetime import timedelta
 from uuid import UUID
@@ -210,6 +211,46 @@ def test_health_answers_before_the_pool_gives_up_on_a_down_postgresql():
     )
 
     assert result["status"] == 503
+    assert result["seconds"] < 15
+    assert time.monotonic() - started < 15
+
+
+def test_health_is_200_without_a_connection_pool():
+    result = run_in_child(
+        """
+        response = client.get("/api/health/")
+        print(json.dumps({"status": response.status_code, "body": response.json()}))
+        """,
+        DATABASE_POOL="0",
+    )
+
+    assert result == {"status": 200, "body": {"status": "ok", "checks": {"postgresql": "ok", "redis": "ok"}}}
+
+
+@pytest.mark.parametrize("pool", ["1", "0"])
+def test_health_answers_when_postgresql_accepts_connections_and_never_replies(pool):
+    # A hung server (or a host whose packets vanish): TCP connects, the server's answer
+    # never comes. Without a connect timeout libpq waits for ever, and so would the
+    # process's exit, which joins the check's thread.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # the kernel completes the handshakes; nothing ever reads
+        started = time.monotonic()
+        result = run_in_child(
+            """
+            import time
+            started = time.monotonic()
+            response = client.get("/api/health/")
+            print(json.dumps({"status": response.status_code, "body": response.json(),
+                              "seconds": time.monotonic() - started}))
+            """,
+            DATABASE_URL=f"postgres://postgres@127.0.0.1:{silent.getsockname()[1]}/jobs",
+            DATABASE_POOL=pool,
+            DATABASE_POOL_TIMEOUT="30",
+        )
+
+    assert result["status"] == 503
+    assert result["body"]["checks"]["postgresql"] == "unavailable"
     assert result["seconds"] < 15
     assert time.monotonic() - started < 15
 
