@@ -283,9 +283,9 @@ def job_body(job: Job, request) -> dict[str, Any]:
     """What ``JobSerializer(job, context={"request": request}).data`` is, key for key.
 
     A ModelSerializer builds its fields from the model for every instance, which
-    costs more than the rest of a request; the responses about one job (and
-    bulk's list) build the same body directly. JobSerializer stays the
-    definition (documentation, lists); a test holds the two equal.
+    costs more than the rest of a request; every response about jobs (one job,
+    a page of the list, bulk's result) builds the same body directly.
+    JobSerializer stays the definition (the schema); a test holds the two equal.
     """
 
     def timestamp(value: datetime | None) -> str | None:

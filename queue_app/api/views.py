@@ -130,6 +130,15 @@ class JobViewSet(QueueAPIDefaults, mixins.ListModelMixin, mixins.RetrieveModelMi
     def _respond_with_job(self, job: Job, status_code: int = status.HTTP_200_OK, **kwargs: Any) -> Response:
         return Response(job_body(job, self.request), status=status_code, **kwargs)
 
+    # A job's status is polled more than anything else is asked: its reads build the body
+    # with job_body, like every other response about jobs, not with JobSerializer.
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return self._respond_with_job(self.get_object())
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        return self.get_paginated_response([job_body(job, request) for job in page])
+
     @extend_schema(
         summary="Submit a job",
         request=JobCreateSerializer,

@@ -3,7 +3,7 @@
 The token's lookup reads the user's permissions in the same statement, so a
 submit is two queries (that lookup, the insert) and one Redis command (the
 auth-failure counter). Permissions are read with every request: a change
-counts from the next one. Single-job bodies are built without a
+counts from the next one. Job bodies (one job, a page of the list) are built without a
 ModelSerializer, and must equal JobSerializer's output key for key.
 """
 
@@ -148,3 +148,24 @@ def test_job_body_is_what_job_serializer_gives(holds_view_job):
         body = job_body(job, request)
         assert list(body) == list(expected)
         assert body == expected
+
+
+@pytest.mark.parametrize("holds_view_job", [False, True])
+def test_a_job_and_a_page_of_jobs_answer_with_job_serializer_bodies(holds_view_job):
+    from queue_app.models import Job
+
+    user = make_user("frank")
+    if holds_view_job:
+        user.user_permissions.add(view_job())
+    client = token_client(user)
+    created = _jobs(user)
+    request = Request(APIRequestFactory().get("/api/jobs/", HTTP_HOST="testserver"))
+    request.user = type(user).objects.get(pk=user.pk)
+
+    def expected(job_id):
+        return JobSerializer(Job.objects.get(pk=job_id), context={"request": request}).data
+
+    for job in created:
+        assert client.get(f"/api/jobs/{job.pk}/").json() == expected(job.pk)
+    page = client.get("/api/jobs/", {"ordering": "created_at"}).json()["results"]
+    assert page == [expected(job.pk) for job in created]
