@@ -1,5 +1,6 @@
 """The migrations yield exactly the original system's index set on the job table, plus the
-one index a query of ours needs (the claim's count of a limited queue's processing jobs)."""
+two indexes queries of ours need (the claim's count of a limited queue's processing jobs, and
+a user's own jobs, newest first, for the API's list)."""
 
 import pytest
 from django.db import connection
@@ -22,9 +23,13 @@ def test_job_table_has_exactly_the_original_indexes():
         "idx_jobs_next_retry_at",
         "uq_jobs_idempotency_key",
         "idx_jobs_processing_queue",
+        "idx_jobs_owner_created",
     }
     assert indexes["idx_jobs_processing_queue"].endswith(
         "USING btree (queue) WHERE ((status)::text = 'processing'::text)"
+    )
+    assert indexes["idx_jobs_owner_created"].endswith(
+        "USING btree (owner_id, created_at, id) WHERE (owner_id IS NOT NULL)"
     )
     assert "UNIQUE" in indexes["jobs_pkey"]
     assert indexes["idx_jobs_status"].endswith("USING btree (status)")

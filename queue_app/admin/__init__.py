@@ -140,7 +140,7 @@ class TaskFilter(admin.SimpleListFilter):
     def queryset(self, request, queryset):
         if not self.value():
             return queryset
-        # No index of its own (the job table keeps the original index set): idx_jobs_type
+        # No index of its own (the job table adds none for the admin): idx_jobs_type
         # narrows to task jobs, the list's created_at order and LIMIT bound the rest.
         return queryset.alias(task_path=task_path_expression()).filter(
             type=TASK_JOB_TYPE, task_path=self.value()

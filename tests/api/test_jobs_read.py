@@ -100,6 +100,35 @@ def test_a_page_is_one_keyset_query_without_offset(api):
 
 
 @pytest.mark.django_db
+def test_a_users_pages_read_their_jobs_by_the_owner_index_among_many_others(api, alice):
+    # Without the index the page reads the table from its newest row until it has found a
+    # page of Alice's jobs: every job of everyone, when hers are few or old.
+    mine = [job.pk for job in services.enqueue_jobs([services.JobRequest("demo.echo")] * 60, owner=alice)]
+    for _ in range(3):
+        services.enqueue_jobs([services.JobRequest("demo.echo")] * 1000)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE jobs")
+
+    plans = []
+    url, seen = "/api/jobs/?page_size=50", []
+    while url:
+        with CaptureQueriesContext(connection) as queries:
+            response = api.get(url)
+        seen += _ids(response)
+        url = response.json()["next"]
+        page_query = next(q["sql"] for q in queries.captured_queries if 'FROM "jobs"' in q["sql"])
+        with connection.cursor() as cursor:
+            cursor.execute(f"EXPLAIN {page_query}")
+            plans.append("\n".join(row[0] for row in cursor.fetchall()))
+
+    assert sorted(seen) == sorted(str(pk) for pk in mine)
+    assert len(plans) == 2
+    for plan in plans:
+        assert "idx_jobs_owner_created" in plan, plan
+        assert "Seq Scan" not in plan and "idx_jobs_created_at" not in plan, plan
+
+
+@pytest.mark.django_db
 def test_filters(api, alice):
     high = submit(api, type="demo.echo", priority="high").json()["id"]
     other_queue_type = submit(api, type="probe.run", priority="low").json()["id"]
