@@ -31,15 +31,16 @@ BENCH_QUEUES = "default,emails,reports:fifo"
 
 # Shares of the job table, in percent: what a busy, healthy system looks like.
 SEED_SQL = """
-INSERT INTO jobs (id, type, queue, payload, priority, status, attempts, max_attempts,
+INSERT INTO jobs (id, type, queue, payload, priority, priority_value, status, attempts, max_attempts,
                   next_retry_at, enqueued_at, created_at, started_at, completed_at,
-                  last_error, result, idempotency_key, idempotency_fingerprint,
-                  owner_id, worker_id, lease_expires_at)
+                  last_error, last_error_class, last_error_traceback, result, idempotency_key,
+                  idempotency_fingerprint, owner_id, worker_id, lease_expires_at, backend)
 SELECT gen_random_uuid(),
        (%(types)s::text[])[1 + (g %% array_length(%(types)s::text[], 1))],
        (%(queues)s::text[])[1 + ((g / 7) %% array_length(%(queues)s::text[], 1))],
        jsonb_build_object('n', g),
        (ARRAY['high', 'medium', 'medium', 'low'])[1 + (g %% 4)],
+       (ARRAY[10, 0, 0, -10])[1 + (g %% 4)],
        status,
        CASE WHEN status IN ('queued') THEN 0 WHEN status = 'failed' THEN 3 ELSE 1 END,
        3,
@@ -51,12 +52,16 @@ SELECT gen_random_uuid(),
             WHEN status = 'cancelled' THEN created + interval '2 seconds' END,
        CASE WHEN status = 'failed' THEN 'RuntimeError: upstream timed out after 30s (request ' || g || ')'
             ELSE '' END,
+       CASE WHEN status = 'failed' THEN 'builtins.RuntimeError' ELSE '' END,
+       CASE WHEN status = 'failed' THEN 'Traceback (most recent call last):' || chr(10)
+                                        || 'RuntimeError: upstream timed out after 30s' ELSE '' END,
        CASE WHEN status = 'completed' THEN jsonb_build_object('ok', true) END,
        CASE WHEN g %% 10 = 0 THEN 'order-' || g END,
        '',
        NULL,
        CASE WHEN status = 'processing' THEN 'bench-worker' ELSE '' END,
-       CASE WHEN status = 'processing' THEN now() + interval '1 minute' END
+       CASE WHEN status = 'processing' THEN now() + interval '1 minute' END,
+       ''
   FROM (
         SELECT g, r,
                -- Rows arrive in time order over 30 days, as in a live table.
@@ -106,7 +111,7 @@ def seed(n: int) -> None:
 
     started = time.perf_counter()
     with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE jobs, job_logs, job_outbox")
+        cursor.execute("TRUNCATE jobs, job_logs, job_outbox, job_schedules")
         cursor.execute(
             SEED_SQL, {"n": n, "types": registered_types(), "queues": list(queue_settings().QUEUES)}
         )
@@ -177,6 +182,35 @@ def pages() -> list[tuple[str, str]]:
     ]
 
 
+OWNED_JOBS = 10
+
+
+def ensure_owner() -> None:
+    """A user without permissions who owns OWNED_JOBS jobs spread over the whole table (the
+    oldest among them a month old): the API's list of their own jobs is timed for them."""
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+
+    owner, _ = get_user_model().objects.get_or_create(username="bench-owner")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM jobs WHERE owner_id = %s", [owner.pk])
+        if cursor.fetchone()[0] == OWNED_JOBS:
+            return
+        cursor.execute("UPDATE jobs SET owner_id = NULL WHERE owner_id IS NOT NULL")
+        cursor.execute(
+            """
+            UPDATE jobs SET owner_id = %(owner)s
+             WHERE id IN (SELECT id
+                            FROM (SELECT id, row_number() OVER (ORDER BY created_at) - 1 AS position
+                                    FROM jobs) AS numbered
+                           WHERE position %% greatest((SELECT count(*) FROM jobs) / %(owned)s, 1) = 0
+                           LIMIT %(owned)s)
+            """,
+            {"owner": owner.pk, "owned": OWNED_JOBS},
+        )
+        cursor.execute("ANALYZE jobs")
+
+
 def time_pages(repeat: int, verbose: bool = False) -> None:
     from django.contrib.auth import get_user_model
     from django.db import connection, reset_queries
@@ -188,8 +222,11 @@ def time_pages(repeat: int, verbose: bool = False) -> None:
     )
     client = Client(SERVER_NAME="localhost")
     client.force_login(user)
+    owner_client = Client(SERVER_NAME="localhost")
+    owner_client.force_login(get_user_model().objects.get(username="bench-owner"))
     print(f"\n{'page':<46} {'median ms':>10} {'max ms':>8} {'queries':>8}")
-    for label, url in pages():
+    owner_pages = [(f"api job list of a user owning {OWNED_JOBS} jobs", "/api/jobs/", owner_client)]
+    for label, url, client in [*((label, url, client) for label, url in pages()), *owner_pages]:
         timings = []
         queries = 0
         for _ in range(repeat):
@@ -236,6 +273,7 @@ def main() -> None:
         seed(args.jobs)
         vacuum_analyze()
     print(f"database {name}: {job_count():,} jobs")
+    ensure_owner()
     time_pages(args.repeat, args.verbose)
 
 
