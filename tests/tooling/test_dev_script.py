@@ -68,3 +68,18 @@ def test_a_changed_requirements_file_installs_again(tmp_path):
     (project / "requirements.txt").write_text("Django\ngunicorn\n")
     _dev(project, "up")
     assert [call.split()[-1] for call in _installs(project)] == ["requirements-dev.txt", "requirements.txt"]
+
+
+def test_env_writes_what_up_writes_without_starting_anything(tmp_path):
+    project = _project(tmp_path)
+    env = {name: value for name, value in os.environ.items() if name not in ("DEBUG", "JOBSITE_ENV_FILE")}
+    env.update(PATH="/usr/bin:/bin", DATABASE_URL="postgres://db.example/jobs")
+    subprocess.run([str(project / "dev"), "env"], cwd=project, env={**env, "REDIS_URL": ""}, check=True)
+    written = dict(
+        line.split("=", 1) for line in (project / ".env").read_text().splitlines() if not line.startswith("#")
+    )
+    # As ./dev up writes it: a key, DEBUG on unless the environment says otherwise, the given URLs.
+    assert set(written) == {"SECRET_KEY", "DEBUG", "DATABASE_URL"}
+    assert written["DEBUG"] == "1" and written["DATABASE_URL"] == "postgres://db.example/jobs"
+    assert len(written["SECRET_KEY"]) >= 50
+    assert not (project / ".venv" / "calls.log").exists()  # nothing installed, migrated or run
