@@ -1,10 +1,11 @@
 """What one request costs the stores, and that its shortcuts answer exactly as the long way would.
 
 The token's lookup reads the user's permissions in the same statement, so a
-submit is two queries (that lookup, the insert) and one Redis command (the
-auth-failure counter). Permissions are read with every request: a change
-counts from the next one. Job bodies (one job, a page of the list) are built without a
-ModelSerializer, and must equal JobSerializer's output key for key.
+submit is two queries (that lookup, the insert) and two Redis commands (the
+auth-failure counter, then the push of the committed job, not waited for).
+Permissions are read with every request: a change counts from the next one.
+Job bodies (one job, a page of the list) are built without a ModelSerializer,
+and must equal JobSerializer's output key for key.
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ def sees_tracebacks(client) -> bool:
     return submit(client, type="demo.echo").json()["last_error_traceback"] is not None
 
 
-def test_a_submit_is_two_queries_and_one_redis_command(api, monkeypatch):
-    submit(api, type="demo.echo")  # warm: the first request of a process loads more
+def test_a_submit_is_two_queries_and_two_redis_commands(api, monkeypatch, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        submit(api, type="demo.echo")  # warm: the first request (and push) of a process does more
     commands: list[bytes] = []
     send = redis.connection.AbstractConnection.send_packed_command
 
@@ -47,12 +49,15 @@ def test_a_submit_is_two_queries_and_one_redis_command(api, monkeypatch):
         return send(self, command, check_health)
 
     monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counted)
-    with CaptureQueriesContext(connection) as queries:
+    # The test's transaction never commits: the push after the commit runs on leaving the block.
+    with CaptureQueriesContext(connection) as queries, django_capture_on_commit_callbacks(execute=True):
         response = submit(api, type="demo.echo")
 
     assert response.status_code == 201
     assert len(queries.captured_queries) == 2, [query["sql"][:120] for query in queries.captured_queries]
-    assert len(commands) == 1 and b"auth-failures:" in commands[0], commands
+    assert len(commands) == 2, commands
+    assert b"auth-failures:" in commands[0]
+    assert b"EVAL" in commands[1] and b":priority" in commands[1], commands[1][:200]
 
 
 def test_a_permission_removed_from_a_user_counts_from_the_next_request():
