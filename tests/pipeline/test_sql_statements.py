@@ -107,16 +107,23 @@ def test_running_jobs_are_completed_and_extended_by_primary_key():
     with connection.cursor() as cursor:
         cursor.execute("UPDATE jobs SET status = 'processing', fence = 1, worker_id = 'w-plan'")
     rows = json.dumps([{"id": str(job.id), "fence": 1, "result": None} for job in jobs[:20]])
-    plans = {
+    unanalysed = _completion_plans(rows)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE jobs")  # as an autovacuum may have done by now in a long run
+    for name, plan in [*unanalysed.items(), *_completion_plans(rows).items()]:
+        # "Bitmap Index Scan on jobs_pkey" without statistics, "Index Scan using jobs_pkey" with.
+        assert "jobs_pkey" in plan, (name, plan)
+        assert "Seq Scan on jobs" not in plan, (name, plan)
+        assert "idx_jobs_processing_queue" not in plan and "idx_jobs_status" not in plan, (name, plan)
+
+
+def _completion_plans(rows: str) -> dict[str, str]:
+    return {
         "complete_jobs": _plan("complete_jobs", {"rows": rows, **table_params("complete")}),
         "extend_leases": _plan(
             "extend_leases", {"rows": rows, "lease": 60, "processing": "processing", "worker": "w-plan"}
         ),
     }
-    for name, plan in plans.items():
-        assert "on jobs_pkey" in plan, (name, plan)
-        assert "Seq Scan on jobs" not in plan, (name, plan)
-        assert "idx_jobs_processing_queue" not in plan and "idx_jobs_status" not in plan, (name, plan)
 
 
 def _seq_scans_of_jobs() -> int:
