@@ -110,6 +110,11 @@ class Slots:
                 slot.cancelled_for = reason
                 slot.future.cancel()
 
+    def wait_idle(self, timeout: float) -> bool:
+        """True once no slot runs a job; False if one still does after ``timeout`` seconds."""
+        with self._changed:
+            return self._changed.wait_for(lambda: not self._running, timeout)
+
     def drain(self, grace_seconds: float) -> None:
         """Let running jobs finish within the grace; then cancel coroutines still running
         (they hand their jobs back). Jobs of threads still running stay in ``held``."""

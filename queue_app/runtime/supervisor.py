@@ -26,6 +26,7 @@ import multiprocessing
 import os
 import signal
 import socket
+import sys
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -43,6 +44,8 @@ from queue_app.runtime.worker_name import WorkerNameInUse, WorkerNameLock
 log = structlog.get_logger("queue_app.supervisor")
 
 RESTART_BACKOFF_SECONDS = 1.0
+# A child that stopped at its --max-jobs, its jobs settled: replaced at once.
+RECYCLED_EXIT_CODE = 75
 # How often the supervisor checks that the session holding its name's lock is alive.
 NAME_CHECK_SECONDS = 5.0
 PR_SET_PDEATHSIG = 1
@@ -85,6 +88,7 @@ def _child_main(
     running: RunningJob,
     name_lock_fd: int | None,
     slots: int | None = None,
+    max_jobs: int | None = None,
 ) -> None:
     from queue_app.runtime.worker import Worker
 
@@ -96,7 +100,7 @@ def _child_main(
         os.close(name_lock_fd)
 
     # Ctrl-C reaches the whole process group; the child treats it like SIGTERM.
-    Worker(
+    worker = Worker(
         worker_id=worker_id,
         queues=queues,
         burst=burst,
@@ -104,8 +108,12 @@ def _child_main(
         supervisor_pipe=pipe,
         running=running,
         slots=slots,
-    ).run()
+        max_jobs=max_jobs,
+    )
+    worker.run()
     connections.close_all()
+    if worker.recycled and worker.stop_signal is None:
+        sys.exit(RECYCLED_EXIT_CODE)
 
 
 class Supervisor:
@@ -118,9 +126,11 @@ class Supervisor:
         burst: bool,
         with_scheduled: bool = False,
         slots: int | None = None,
+        max_jobs: int | None = None,
     ) -> None:
         self.name = name
         self.slots = slots
+        self.max_jobs = max_jobs
         self.queues = queues
         self.burst = burst
         self.with_scheduled = with_scheduled
@@ -170,6 +180,7 @@ class Supervisor:
                 child.running,
                 self._name_lock.fileno(),
                 self.slots,
+                self.max_jobs,
             ),
             name=f"worker {child.worker_id}",
         )
@@ -366,7 +377,15 @@ class Supervisor:
             process = child.process
             if process is None or process.is_alive() or child.exited_cleanly:
                 continue
-            if process.exitcode == 0 and (self.burst or self.stopping):
+            if process.exitcode == RECYCLED_EXIT_CODE and not self.stopping:
+                # Burst or not: it stopped at its job count, not because the work ran out.
+                log.info("worker_process_recycled", worker=child.worker_id, pid=process.pid)
+                if child.pipe is not None:
+                    child.pipe.close()
+                    child.pipe = None
+                self._start(child)
+                continue
+            if process.exitcode in (0, RECYCLED_EXIT_CODE) and (self.burst or self.stopping):
                 child.exited_cleanly = True
                 continue
             if process.exitcode != 0:

@@ -91,6 +91,7 @@ class Worker:
         supervisor_pipe: Connection | None = None,
         running: RunningJob | None = None,
         slots: int | None = None,
+        max_jobs: int | None = None,
     ) -> None:
         settings = queue_settings()
         self.worker_id = worker_id
@@ -105,6 +106,10 @@ class Worker:
         # Slot threads report too: one message at a time on the pipe.
         self._pipe_lock = threading.Lock()
         self.slot_count = slots if slots is not None else settings.WORKER_SLOTS
+        # After starting this many jobs the process stops as if asked to and is replaced
+        # (runworker --max-jobs): a handler's leaked memory goes with it.
+        self.max_jobs = max_jobs
+        self.recycled = False
         self.slots: Slots | None = None  # started in run(), in the process that runs the jobs
         self._hard_deadline: float | None = None
         self.batch_size = settings.WORKER_BATCH_SIZE
@@ -331,13 +336,17 @@ class Worker:
     def _claim_size(self) -> int:
         """How many jobs to claim at once: as many as recent durations say will start
         within WORKER_CLAIM_AHEAD_SECONDS (one while nothing has run yet), at most the batch
-        size; with slots, one per free slot. A claimed job is one no other worker can run."""
+        size; with slots, one per free slot; never more than ``max_jobs`` leaves to start.
+        A claimed job is one no other worker can run."""
+        limit = self.batch_size
+        if self.max_jobs is not None:
+            limit = min(limit, self.max_jobs - self.processed)
         if self.slots is not None:
-            return max(1, min(self.batch_size, self.slots.free()))
+            return max(1, min(limit, self.slots.free()))
         if self._seconds_per_job is None:
             return 1
         fit = int(self.claim_ahead_seconds / max(self._seconds_per_job, 1e-6))
-        return max(1, min(self.batch_size, fit))
+        return max(1, min(limit, fit))
 
     def _reserve(self, client) -> dict[str, list[str]]:
         """Pop ids into the in-flight sets, queue by queue in round-robin order: each round
@@ -437,7 +446,14 @@ class Worker:
                 # the heartbeat would keep the lease alive with nobody left to settle it.
                 self.held.pop(job.id, None)
                 raise
-            self.processed += 1
+            self._started_one()
+
+    def _started_one(self) -> None:
+        """Count a started job; at ``max_jobs`` stop starting more (the rest of the batch goes back)."""
+        self.processed += 1
+        if self.max_jobs is not None and self.processed >= self.max_jobs and not self.stopping:
+            log.info("worker_recycling", worker=self.worker_id, processed=self.processed)
+            self.recycled = self.stopping = True
 
     def _put_back_held(self, client, popped: dict[str, list[str]], held_back: dict[str, list[str]]) -> None:
         """Return the ids the queue controls held back to their place in line (they are
@@ -492,7 +508,7 @@ class Worker:
         if not spec.runs_in_slot:
             return False
         self.slots.start(job, spec, late=time.monotonic() - claim_committed > START_SLACK_SECONDS)
-        self.processed += 1
+        self._started_one()
         return True
 
     def _hand_back_unstarted(self, reason: str) -> None:
@@ -742,6 +758,11 @@ class Worker:
     def _finish(self, guard: OutageGuard) -> None:
         """Clean shutdown: no job left in processing by this worker."""
         if self.slots is not None:
+            if self.recycled:
+                # Recycling is no hurry: its slot jobs end as they would have (their time limits
+                # bound them), unless a stop signal comes meanwhile.
+                while self.stop_signal is None and not self.slots.wait_idle(1.0):
+                    pass
             # Slot jobs finish within the grace, else go back with what is still held below.
             self.slots.drain(queue_settings().SHUTDOWN_GRACE_SECONDS)
         with contextlib.suppress(*guard.errors):

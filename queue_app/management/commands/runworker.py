@@ -36,6 +36,12 @@ class Command(BaseCommand):
             "A second worker with a name already running is refused.",
         )
         parser.add_argument(
+            "--max-jobs",
+            type=int,
+            help="replace each worker process after it has started this many jobs "
+            "(its jobs settled first), so memory a handler leaks is given back",
+        )
+        parser.add_argument(
             "--metrics-port",
             type=int,
             help="serve these processes' Prometheus counters on this port (for hosts without the web)",
@@ -51,6 +57,7 @@ class Command(BaseCommand):
         name=None,
         metrics_port=None,
         slots=None,
+        max_jobs=None,
         **options,
     ):
         configured = queue_settings().QUEUES
@@ -64,6 +71,8 @@ class Command(BaseCommand):
             raise CommandError("--concurrency must be at least 1")
         if slots is not None and slots < 1:
             raise CommandError("--slots must be at least 1")
+        if max_jobs is not None and max_jobs < 1:
+            raise CommandError("--max-jobs must be at least 1")
         if with_scheduled and not burst:
             raise CommandError("--with-scheduled only applies with --burst")
         if metrics_port is not None:
@@ -77,6 +86,7 @@ class Command(BaseCommand):
             burst=burst,
             with_scheduled=with_scheduled,
             slots=slots,
+            max_jobs=max_jobs,
         )
         try:
             supervisor.run()
