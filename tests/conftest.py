@@ -8,11 +8,14 @@ an unmarked test that wrote to Redis fails, naming itself, instead of leaking
 keys into the next test.
 """
 
+import subprocess
+
 import pytest
 import redis
 from django.conf import settings
 
 from queue_app import broker
+from tests.helpers import kill_group
 
 
 def _empty(client: redis.Redis) -> None:
@@ -55,6 +58,15 @@ def _redis_only_when_marked(request):
             f"{request.node.nodeid} left {leaked} keys in Redis without @pytest.mark.redis",
             pytrace=False,
         )
+
+
+@pytest.fixture
+def processes():
+    """Processes a test starts (``processes.append(popen)``); their groups are killed after it."""
+    started: list[subprocess.Popen] = []
+    yield started
+    for process in started:
+        kill_group(process)
 
 
 @pytest.fixture

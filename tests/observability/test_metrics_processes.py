@@ -19,7 +19,7 @@ from django.test import Client
 from queue_app.models import Job, JobLog, OutboxMessage
 from queue_app.observability.metrics import MULTIPROC_ENV
 from queue_app.states import TERMINAL
-from tests.helpers import PROJECT_ROOT, Events, child_env, kill_group, manage, wait_until
+from tests.helpers import PROJECT_ROOT, Events, child_env, manage, wait_until
 from tests.observability.support import parse, sample
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.redis]
@@ -36,14 +36,6 @@ for n in range(2):
     enqueue_job("probe.fail", {"n": n})
     enqueue_job("probe.run", {"fail_first": 1, "n": n}, queue="emails")
 """
-
-
-@pytest.fixture
-def processes():
-    started: list[subprocess.Popen] = []
-    yield started
-    for process in started:
-        kill_group(process)
 
 
 def sql_counts() -> dict[str, Counter]:

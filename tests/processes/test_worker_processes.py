@@ -29,14 +29,6 @@ def stop(process: subprocess.Popen, sig=signal.SIGTERM, timeout: float = 60) -> 
     return process.wait(timeout=timeout)
 
 
-@pytest.fixture
-def processes():
-    started: list[subprocess.Popen] = []
-    yield started
-    for process in started:
-        kill_group(process)
-
-
 def test_sigterm_lets_the_running_job_finish(processes):
     job = enqueue_job("probe.run", {"sleep": 1.5})
     relay_all()

@@ -9,18 +9,10 @@ import pytest
 
 from queue_app.models import Job, JobLog
 from queue_app.services import JobRequest, enqueue_jobs
-from tests.helpers import child_env, kill_group, manage, relay_all
+from tests.helpers import child_env, manage, relay_all
 from tests.probe.models import Execution
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.redis]
-
-
-@pytest.fixture
-def processes():
-    started: list[subprocess.Popen] = []
-    yield started
-    for process in started:
-        kill_group(process)
 
 
 def _run(processes, *args: str, env: dict[str, str] | None = None) -> str:

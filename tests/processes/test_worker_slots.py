@@ -8,18 +8,10 @@ from django.db.models import Count
 
 from queue_app.models import Job
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
-from tests.helpers import child_env, kill_group, manage, relay_all, wait_until
+from tests.helpers import child_env, manage, relay_all, wait_until
 from tests.probe.models import Execution
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.redis]
-
-
-@pytest.fixture
-def processes():
-    started: list[subprocess.Popen] = []
-    yield started
-    for process in started:
-        kill_group(process)
 
 
 def statuses(jobs) -> dict[str, str]:
