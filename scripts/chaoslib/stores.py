@@ -162,8 +162,15 @@ class DedicatedStores:
             self._redis.kill()
             self._redis.wait()
 
+    def redis_running(self) -> bool:
+        return self._redis is not None and self._redis.poll() is None
+
     def start_redis(self) -> None:
-        """An empty server on the same socket."""
+        """An empty server on the same socket. Two restart faults may overlap: the second
+        one's start finds the server already up, and leaves it be (a second server on the
+        socket would take the new connections and leave the old ones on the first)."""
+        if self.redis_running():
+            return
         self._start_redis()
 
     def close(self, *, keep: bool) -> None:
