@@ -377,18 +377,15 @@ class Supervisor:
             process = child.process
             if process is None or process.is_alive() or child.exited_cleanly:
                 continue
-            if process.exitcode == RECYCLED_EXIT_CODE and not self.stopping:
-                # Burst or not: it stopped at its job count, not because the work ran out.
-                log.info("worker_process_recycled", worker=child.worker_id, pid=process.pid)
-                if child.pipe is not None:
-                    child.pipe.close()
-                    child.pipe = None
-                self._start(child)
-                continue
-            if process.exitcode in (0, RECYCLED_EXIT_CODE) and (self.burst or self.stopping):
+            # Burst or not, a recycled child stopped at its job count, not because the work ran out.
+            recycled = process.exitcode == RECYCLED_EXIT_CODE
+            ended_well = process.exitcode == 0 or recycled
+            if ended_well and (self.stopping or self.burst and not recycled):
                 child.exited_cleanly = True
                 continue
-            if process.exitcode != 0:
+            if recycled:
+                log.info("worker_process_recycled", worker=child.worker_id, pid=process.pid)
+            elif process.exitcode != 0:
                 log.warning("worker_process_exited", worker=child.worker_id, exitcode=process.exitcode)
                 cause = _death_cause(process.exitcode)
                 self._settle_child_jobs(
@@ -402,7 +399,8 @@ class Supervisor:
             if self.stopping:
                 child.process = None  # settled; nothing more to do for it
                 continue
-            time.sleep(RESTART_BACKOFF_SECONDS)
+            if not recycled:  # its jobs are settled: replaced at once
+                time.sleep(RESTART_BACKOFF_SECONDS)
             self._start(child)
 
 
