@@ -2,11 +2,14 @@
 
 PostgreSQL's jsonb rejects ``\\u0000`` and lone surrogates; Python's parser
 and serializer hit RecursionError near 1,000 levels. Both are caught here.
+jsonb keeps numbers as ``numeric`` and prints them without an exponent, so
+``1e308`` reads back as 309 digits: the size limit counts floats that way.
 """
 
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from typing import Any
 
 from queue_app.exceptions import InvalidJob, PayloadTooLarge
@@ -21,13 +24,22 @@ def _check_string(value: str, field: str) -> None:
         raise InvalidJob("strings may not contain lone surrogates", field=field) from None
 
 
-def _walk(value: Any, field: str, depth: int, max_depth: int) -> None:
+def _float_growth(value: float) -> int:
+    """How many characters longer PostgreSQL prints this float than Python writes it."""
+    text = repr(value)
+    if "e" not in text:
+        return 0
+    return len(format(Decimal(text), "f")) - len(text)
+
+
+def _walk(value: Any, field: str, depth: int, max_depth: int) -> int:
+    """Check ``value``; returns how much longer the stored JSON reads back than Python writes it."""
     if depth > max_depth:
         raise InvalidJob(f"nested deeper than {max_depth} levels", field=field)
     if isinstance(value, str):
         _check_string(value, field)
     elif isinstance(value, bool) or value is None:
-        return
+        return 0
     elif isinstance(value, int):
         # jsonb stores numerics, but keep integers within what clients round-trip.
         if abs(value) >= 2**63:
@@ -35,17 +47,20 @@ def _walk(value: Any, field: str, depth: int, max_depth: int) -> None:
     elif isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
             raise InvalidJob("NaN and infinity are not JSON", field=field)
+        return _float_growth(value)
     elif isinstance(value, dict):
+        growth = 0
         for key, item in value.items():
             if not isinstance(key, str):
                 raise InvalidJob("object keys must be strings", field=field)
             _check_string(key, field)
-            _walk(item, field, depth + 1, max_depth)
+            growth += _walk(item, field, depth + 1, max_depth)
+        return growth
     elif isinstance(value, (list, tuple)):
-        for item in value:
-            _walk(item, field, depth + 1, max_depth)
+        return sum(_walk(item, field, depth + 1, max_depth) for item in value)
     else:
         raise InvalidJob(f"{type(value).__name__} is not JSON", field=field)
+    return 0
 
 
 _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
@@ -59,9 +74,10 @@ def check_json(value: Any, *, field: str, max_bytes: int, max_depth: int) -> int
 
 def checked_json_text(value: Any, *, field: str, max_bytes: int, max_depth: int) -> str:
     """``value`` as compact JSON text after ``check_json``'s checks: encoded once, to measure and to store."""
-    _walk(value, field, 1, max_depth)
+    growth = _walk(value, field, 1, max_depth)
     text = _COMPACT.encode(value)
-    size = len(text.encode("utf-8"))
+    # The size the job reads back at: floats in exponent form come back written out.
+    size = len(text.encode("utf-8")) + growth
     if size > max_bytes:
         raise PayloadTooLarge(f"larger than {max_bytes} bytes ({size})", field=field)
     return text

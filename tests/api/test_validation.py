@@ -4,6 +4,7 @@ Bodies given as str are sent raw, to reach the JSON parser with input that
 json.dumps would never produce (deep nesting, lone surrogates, NaN, ...).
 """
 
+import json
 import sys
 
 import pytest
@@ -142,6 +143,23 @@ def test_payload_limits_follow_the_settings(api, queue_config):
 
     assert (too_big.status_code, too_big.json()["code"]) == (413, "payload_too_large")
     assert too_deep.status_code == 400 and "payload" in too_deep.json()["errors"]
+
+
+@pytest.mark.django_db
+def test_the_payload_limit_counts_floats_as_they_read_back(api, queue_config):
+    """jsonb keeps 1e300 as a numeric and prints it as 301 digits: 6 bytes sent, 301 read back.
+    Counted as sent, a payload of such numbers under the limit read back 44 times over it."""
+    queue_config(MAX_PAYLOAD_BYTES=2000)
+
+    too_big = submit(api, payload={"n": [1e300] * 10})  # 70 bytes as sent, 3,019 read back
+    assert (too_big.status_code, too_big.json()["code"]) == (413, "payload_too_large")
+    assert "payload" in too_big.json()["errors"]
+    assert rows_written() == (0, 0, 0)
+
+    fits = submit(api, payload={"n": [1e300, -2.5e-300, 1.5e16, 0.25]})
+    assert fits.status_code == 201, fits.content
+    read_back = api.get(f"/api/jobs/{fits.json()['id']}/").json()["payload"]
+    assert len(json.dumps(read_back, separators=(",", ":"))) <= 2000
 
 
 @pytest.mark.django_db
