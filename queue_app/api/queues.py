@@ -126,15 +126,11 @@ class QueueViewSet(QueueAPIDefaults, viewsets.ViewSet):
         responses={200: QueueSerializer, 400: OpenApiResponse(ErrorSerializer), **NO_QUEUE, **AUTH_ERRORS},
     )
     def partial_update(self, request: Request, name: str) -> Response:
-        current = self._controls(name)
+        self._controls(name)
         serializer = QueueLimitsSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        limits = {
-            "concurrency_limit": current.concurrency_limit,
-            "rate_limit": current.rate_limit,
-            **serializer.validated_data,
-        }
-        return Response(_body(services.set_queue_limits(name, **limits)))
+        # A limit left out is left to the service, which keeps it under the queue's lock.
+        return Response(_body(services.set_queue_limits(name, **serializer.validated_data)))
 
     @extend_schema(
         summary="Pause a queue (staff with queue_app.change_job)",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 from django.db import connection, transaction
@@ -32,6 +33,10 @@ QUEUE_LOCK_CLASS = 0x51554555
 # What a limit may be set to; larger numbers would mean "no limit" anyway.
 MAX_CONCURRENCY_LIMIT = 1_000_000
 MAX_RATE_LIMIT = 1_000_000.0
+
+# set_queue_limits' default: the limit keeps its value (read and changed under the queue's
+# lock, so two changes of different limits at once both hold).
+UNCHANGED: Any = object()
 
 
 @dataclass(frozen=True)
@@ -89,12 +94,15 @@ def resume_queue(name: str) -> QueueControls:
     return controls
 
 
-def set_queue_limits(name: str, *, concurrency_limit: int | None, rate_limit: float | None) -> QueueControls:
-    """Set (or, with None, remove) the queue's concurrency and rate limits.
+def set_queue_limits(
+    name: str, *, concurrency_limit: int | None = UNCHANGED, rate_limit: float | None = UNCHANGED
+) -> QueueControls:
+    """Set (or, with None, remove) the queue's concurrency and rate limits; a limit not
+    given keeps its value.
 
-    A new or changed rate limit starts with a full bucket.
+    A rate limit given starts with a full bucket.
     """
-    if concurrency_limit is not None and (
+    if concurrency_limit not in (UNCHANGED, None) and (
         isinstance(concurrency_limit, bool)
         or not isinstance(concurrency_limit, int)
         or not 1 <= concurrency_limit <= MAX_CONCURRENCY_LIMIT
@@ -103,7 +111,7 @@ def set_queue_limits(name: str, *, concurrency_limit: int | None, rate_limit: fl
             f"must be a whole number from 1 to {MAX_CONCURRENCY_LIMIT}, or null for no limit",
             field="concurrency_limit",
         )
-    if rate_limit is not None and (
+    if rate_limit not in (UNCHANGED, None) and (
         isinstance(rate_limit, bool)
         or not isinstance(rate_limit, int | float)
         or not math.isfinite(rate_limit)
@@ -114,14 +122,19 @@ def set_queue_limits(name: str, *, concurrency_limit: int | None, rate_limit: fl
             "or null for no limit",
             field="rate_limit",
         )
-    controls = _change(
-        name,
-        concurrency_limit=concurrency_limit,
-        rate_limit=None if rate_limit is None else float(rate_limit),
-        rate_tokens=None,
-        rate_updated_at=None,
+    values: dict[str, Any] = {}
+    if concurrency_limit is not UNCHANGED:
+        values["concurrency_limit"] = concurrency_limit
+    if rate_limit is not UNCHANGED:
+        rate = None if rate_limit is None else float(rate_limit)
+        values.update(rate_limit=rate, rate_tokens=None, rate_updated_at=None)
+    controls = _change(name, **values)
+    log.info(
+        "queue_limits_set",
+        queue=name,
+        concurrency_limit=controls.concurrency_limit,
+        rate_limit=controls.rate_limit,
     )
-    log.info("queue_limits_set", queue=name, concurrency_limit=concurrency_limit, rate_limit=rate_limit)
     return controls
 
 

@@ -1,7 +1,13 @@
 """/api/queues/: list the queues, pause and resume one, set its limits (staff with change_job)."""
 
-import pytest
+import time
+from concurrent.futures import ThreadPoolExecutor
 
+import psycopg
+import pytest
+from django.db import connection
+
+from queue_app.engine.controls import QUEUE_LOCK_CLASS
 from queue_app.models import QueueState
 from tests.api.conftest import token_client
 
@@ -88,3 +94,42 @@ def test_changes_need_staff_with_change_job(api, viewer, bare_staff, staff_api):
 def test_anonymous_requests_are_refused(client):
     assert client.get("/api/queues/").status_code in (401, 403)
     assert client.post("/api/queues/default/pause/").status_code in (401, 403)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_patches_of_different_limits_at_once_both_hold(staff):
+    """Each PATCH keeps the limit it leaves out: read and written under the queue's lock,
+    not read before it (where both read "no limits" and the later write undid the other)."""
+    clients = [token_client(staff), token_client(staff)]
+    bodies = [{"concurrency_limit": 3}, {"rate_limit": 1.5}]
+
+    def send(client, body):
+        try:
+            return patch_json(client, "/api/queues/default/", body)
+        finally:
+            connection.close()
+
+    holder = psycopg.connect(**connection.get_connection_params())
+    try:
+        # The queue's lock held elsewhere: both requests reach it and wait there.
+        holder.execute("SELECT pg_advisory_xact_lock(%s, hashtext('default'))", [QUEUE_LOCK_CLASS])
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            futures = [pool.submit(send, client, body) for client, body in zip(clients, bodies, strict=True)]
+            deadline = time.monotonic() + 10
+            while _waiting_on_advisory_locks(holder) < 2:
+                assert time.monotonic() < deadline, "the requests never waited on the queue's lock"
+                time.sleep(0.02)
+            holder.rollback()
+            responses = [future.result(timeout=10) for future in futures]
+    finally:
+        holder.close()
+
+    assert [response.status_code for response in responses] == [200, 200]
+    state = QueueState.objects.get(name="default")
+    assert (state.concurrency_limit, state.rate_limit) == (3, 1.5)
+
+
+def _waiting_on_advisory_locks(conn) -> int:
+    return conn.execute(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+    ).fetchone()[0]

@@ -39,9 +39,13 @@ def test_limit_sets_and_removes_each_limit():
         (("limit", "default"), "limit: give --concurrency"),
         (("limit", "default", "--concurrency=0"), "--concurrency: must be a whole number"),
         (("limit", "default", "--rate=fast"), "--rate: expected a number or 'none'"),
+        (("limit", "default", "--rate=0"), "--rate: must be .* or 'none' for no limit"),
+        (("pause", "default", "--concurrency=3"), "pause: --concurrency and --rate go with limit only"),
+        (("status", "default", "--rate=5"), "status: --concurrency and --rate go with limit only"),
     ],
 )
 def test_bad_input_names_the_argument(args, message):
     with pytest.raises(CommandError, match=message):
         run(*args)
     assert not QueueState.objects.filter(paused=True).exists()
+    assert not QueueState.objects.exclude(concurrency_limit=None, rate_limit=None).exists()

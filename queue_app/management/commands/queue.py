@@ -33,6 +33,9 @@ class Command(BaseCommand):
     def handle(self, *args, action, name=None, concurrency=None, rate=None, **options):
         if name is None and action != "status":
             raise CommandError(f"{action}: name the queue")
+        if action != "limit" and (concurrency is not None or rate is not None):
+            # Refused, not ignored: the operator would believe a limit was set.
+            raise CommandError(f"{action}: --concurrency and --rate go with limit only")
         if name is not None and name not in queue_settings().QUEUES:
             raise CommandError(
                 f"name: unknown queue {name!r}; configured: {', '.join(queue_settings().QUEUES)}"
@@ -44,18 +47,17 @@ class Command(BaseCommand):
         elif action == "limit":
             if concurrency is None and rate is None:
                 raise CommandError("limit: give --concurrency and/or --rate (a number, or 'none')")
-            current = services.queue_controls([name])[name]
+            limits = {}
+            if concurrency is not None:
+                limits["concurrency_limit"] = _limit(concurrency, int, "--concurrency")
+            if rate is not None:
+                limits["rate_limit"] = _limit(rate, float, "--rate")
             try:
-                services.set_queue_limits(
-                    name,
-                    concurrency_limit=current.concurrency_limit
-                    if concurrency is None
-                    else _limit(concurrency, int, "--concurrency"),
-                    rate_limit=current.rate_limit if rate is None else _limit(rate, float, "--rate"),
-                )
+                services.set_queue_limits(name, **limits)
             except services.InvalidQueueControl as exc:
                 option = "--concurrency" if exc.field == "concurrency_limit" else "--rate"
-                raise CommandError(f"{option}: {exc.message}") from None
+                # The service speaks JSON's null; this command's word for no limit is 'none'.
+                raise CommandError(f"{option}: {exc.message.replace('null', repr('none'))}") from None
         for controls in services.queue_controls([name] if name else None).values():
             self.stdout.write(
                 f"{controls.name}: {'paused' if controls.paused else 'active'}, "
