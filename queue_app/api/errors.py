@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import structlog
-from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.core.exceptions import PermissionDenied, RequestDataTooBig, SuspiciousOperation
 from django.db import DataError, IntegrityError, InterfaceError, OperationalError
 from django.http import Http404
 from redis import RedisError
@@ -169,6 +169,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     elif isinstance(exc, IntegrityError):
         log.warning("api_integrity_error", error=str(exc))
         response = Response(error_body("conflict", "The request conflicts with existing data."), status=409)
+    elif isinstance(exc, SuspiciousOperation):
+        # Django's refusals of a malformed request (e.g. more query parameters than
+        # DATA_UPLOAD_MAX_NUMBER_FIELDS); their messages name the setting, nothing secret.
+        response = Response(error_body("invalid", str(exc)), status=400)
     elif isinstance(exc, RecursionError):
         response = Response(error_body("invalid", "The input is nested too deeply."), status=400)
     elif is_transaction_conflict(exc):

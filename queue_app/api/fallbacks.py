@@ -20,7 +20,8 @@ API_PREFIX = "/api/"
 @csrf_exempt  # answers 404 whatever the method; nothing here reads cookies or writes
 def not_found(request: HttpRequest, path: str = "") -> JsonResponse:
     """404 in the error shape; a path missing its final slash is redirected (308 keeps a POST's body)."""
-    if not request.path.endswith("/"):
+    # A path with a control character names no view, and could not go in a Location header.
+    if not request.path.endswith("/") and request.path.isprintable():
         target = request.path + "/"
         if _is_api_view(target):
             query = request.META.get("QUERY_STRING", "")

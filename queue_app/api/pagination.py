@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import datetime
 import json
 from typing import Any
 
@@ -28,6 +29,17 @@ from queue_app.api.filters import DEFAULT_JOB_ORDERING, JOB_ORDERINGS
 
 def _invalid(param: str, message: str) -> serializers.ValidationError:
     return serializers.ValidationError({param: [message]})
+
+
+def _cursor_value(field, value: Any) -> Any:
+    """A cursor's value for ``field``, as the query will send it; raises for what no row can hold
+    (a time beyond year 9999 in UTC, an integer beyond 64 bits), which PostgreSQL would refuse."""
+    value = field.to_python(value)
+    if isinstance(value, datetime.datetime):
+        return value.astimezone(datetime.UTC)  # OverflowError past the year 9999
+    if isinstance(value, int) and not -(2**63) <= value < 2**63:
+        raise ValueError("integer beyond 64 bits")
+    return value
 
 
 class KeysetPagination(BasePagination):
@@ -86,7 +98,9 @@ class KeysetPagination(BasePagination):
         raw = request.query_params.get(self.page_size_param)
         if raw is None or raw == "":
             return self.page_size
-        if not raw.isdigit() or not 1 <= int(raw) <= self.max_page_size:
+        # ASCII digits only: "²" is a digit int() cannot read, and thousands of digits are past
+        # int()'s limit.
+        if not (raw.isascii() and raw.isdigit() and len(raw) <= 9) or not 1 <= int(raw) <= self.max_page_size:
             raise _invalid(self.page_size_param, f"Must be an integer from 1 to {self.max_page_size}.")
         return int(raw)
 
@@ -99,11 +113,19 @@ class KeysetPagination(BasePagination):
             if data["o"] != self.ordering or len(data["v"]) != len(columns):
                 raise ValueError("cursor from another ordering")
             values = [
-                model._meta.get_field(column.lstrip("-")).to_python(value)
+                _cursor_value(model._meta.get_field(column.lstrip("-")), value)
                 for column, value in zip(columns, data["v"], strict=True)
             ]
             return values, bool(data["r"])
-        except (ValueError, TypeError, KeyError, UnicodeError, binascii.Error, DjangoValidationError):
+        except (
+            ValueError,
+            TypeError,
+            KeyError,
+            OverflowError,  # an integer column's value given as 1e999
+            UnicodeError,
+            binascii.Error,
+            DjangoValidationError,
+        ):
             raise _invalid(self.cursor_param, "Invalid cursor.") from None
 
     def _link(self, row: Model, *, reverse: bool) -> str:

@@ -97,8 +97,12 @@ class OffsetDateTimeField(serializers.Field):
         "naive": "Must include a UTC offset (e.g. +00:00 or Z).",
     }
 
+    # What an ISO 8601 date-time is written with. Python's parser skips one unexpected
+    # character before the offset ("...00:00\u0000Z"), so anything else is refused first.
+    characters = frozenset("0123456789-:.,+TZW ")
+
     def to_internal_value(self, data: Any) -> datetime:
-        if not isinstance(data, str):
+        if not isinstance(data, str) or not self.characters.issuperset(data):
             self.fail("invalid")
         try:
             value = parse_datetime(data)

@@ -27,13 +27,18 @@ urlpatterns = [
     path(
         "docs/",
         SpectacularSwaggerSplitView.as_view(
-            url_name="schema", template_name="queue_app/swagger_ui.html", **public
+            url_name="schema",
+            template_name="queue_app/swagger_ui.html",
+            # A page to GET: DRF's OPTIONS answer has no template context to render it with.
+            http_method_names=["get", "head"],
+            **public,
         ),
         name="docs",
     ),
     # Log-in/out pages for session authentication in a browser (browsable API, Swagger UI).
     path("auth/", include("rest_framework.urls")),
     # Anything else under /api/ is a JSON 404 (or, missing its final slash, a JSON 308)
-    # instead of Django's HTML page or APPEND_SLASH's empty redirect.
-    re_path(r"^.*$", not_found),
+    # instead of Django's HTML page or APPEND_SLASH's empty redirect; [\s\S], as "." stops at
+    # a newline ("/api/%0A").
+    re_path(r"^[\s\S]*$", not_found),
 ]

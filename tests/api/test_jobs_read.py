@@ -1,7 +1,10 @@
 """GET /api/jobs/ and /api/jobs/{id}/(logs/): filters, ordering, cursor pages, ownership."""
 
+import base64
+import json
 from datetime import timedelta
 from urllib.parse import parse_qs, urlsplit
+from uuid import UUID
 
 import pytest
 from django.db import connection
@@ -14,6 +17,12 @@ from queue_app.models import Job
 from tests.api.conftest import post_json, submit
 
 pytestmark = pytest.mark.redis
+
+
+def _cursor(ordering: str, *values) -> str:
+    """A cursor as the API writes one, here with values a client made up."""
+    token = json.dumps({"o": ordering, "v": list(values), "r": False}).encode()
+    return base64.urlsafe_b64encode(token).decode()
 
 
 def _ids(response) -> list[str]:
@@ -169,6 +178,11 @@ def test_filters(api, alice):
         ("page_size=0", "page_size"),
         ("page_size=501", "page_size"),
         ("page_size=ten", "page_size"),
+        ("page_size=%C2%B2", "page_size"),  # "²": a digit to str.isdigit(), not to int()
+        ("page_size=" + "0" * 5000 + "1", "page_size"),  # beyond int()'s digit limit
+        # Times and ids that parse but no row can hold: refused here, not by PostgreSQL.
+        (f"cursor={_cursor('-created_at', '9999-12-31T23:59:59-23:00', str(UUID(int=0)))}", "cursor"),
+        (f"cursor={_cursor('-created_at', '2020-01-01T00:00:00Z', 'Infinity')}", "cursor"),
         ("type=a%00b", "type"),
     ],
 )
@@ -246,5 +260,13 @@ def test_logs_paginate(api):
 def test_invalid_log_page_parameters_are_400(api):
     job_id = submit(api).json()["id"]
 
-    assert api.get(f"/api/jobs/{job_id}/logs/?cursor=zzz").status_code == 400
-    assert api.get(f"/api/jobs/{job_id}/logs/?page_size=0").status_code == 400
+    for query in [
+        "cursor=zzz",
+        "page_size=0",
+        "page_size=%C2%B2",
+        f"cursor={_cursor('id', 1e999)}",  # json reads it as infinity
+        f"cursor={_cursor('id', 2**70)}",
+    ]:
+        response = api.get(f"/api/jobs/{job_id}/logs/?{query}")
+        assert response.status_code == 400, (query, response.content[:300])
+        assert query.split("=")[0] in response.json()["errors"], query

@@ -54,6 +54,9 @@ CASES = {
     "run_at not a date": ({"type": "demo.echo", "run_at": "tomorrow"}, 400, "run_at"),
     "run_at an impossible date": ({"type": "demo.echo", "run_at": "2030-02-30T00:00:00Z"}, 400, "run_at"),
     "run_at a number": ({"type": "demo.echo", "run_at": 1893456000}, 400, "run_at"),
+    # Python's fromisoformat reads both as 2030-01-01T00:00:00Z.
+    "run_at with NUL": ({"type": "demo.echo", "run_at": "2030-01-01T00:00:00\u0000Z"}, 400, "run_at"),
+    "run_at with a stray letter": ({"type": "demo.echo", "run_at": "2030-01-01T00:00:00xZ"}, 400, "run_at"),
     "run_at out of range in UTC": (
         {"type": "demo.echo", "run_at": "0001-01-01T00:00:00+05:00"},
         400,

@@ -97,3 +97,29 @@ def test_browsable_api_only_with_debug(token):
     assert response.status == 200
     assert response.getheader("Content-Type").startswith("text/html")
     assert b"Django REST framework" in content
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "code"),
+    [("/api/%0A", 404, "not_found"), ("/api/x%0Ay/", 404, "not_found"), ("/api/jobs/%0A", 404, "not_found")],
+)
+def test_a_path_with_a_newline_is_answered_in_json(production_port, path, status, code):
+    response, content = request(production_port, "GET", path)
+    assert response.status == status
+    assert error_shape(response, content)["code"] == code
+
+
+def test_too_many_query_parameters_is_a_json_400(production_port, token):
+    # Django refuses more than DATA_UPLOAD_MAX_NUMBER_FIELDS (1,000) parameters.
+    path = "/api/jobs/?" + "&".join(["p"] * 1001)
+    response, content = request(production_port, "GET", path, Authorization=f"Token {token}")
+    assert response.status == 400
+    assert "DATA_UPLOAD_MAX_NUMBER_FIELDS" in error_shape(response, content)["detail"]
+
+
+def test_the_docs_page_answers_get_and_refuses_other_methods(production_port):
+    assert request(production_port, "GET", "/api/docs/")[0].status == 200
+    assert request(production_port, "HEAD", "/api/docs/")[0].status == 200
+    for method in ["OPTIONS", "POST", "DELETE"]:
+        response, content = request(production_port, method, "/api/docs/")
+        assert response.status == 405, (method, content[:300])
