@@ -245,6 +245,19 @@ def error_summary(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
+def storable_text(text: str) -> str:
+    """``text`` as PostgreSQL can keep it: a NUL and lone surrogates (a file name decoded with
+    surrogateescape, say) written as escapes. An exception's message is whatever the handler
+    put in it, and a failure that cannot be written would leave the job to run again uncounted."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 def fail_job(
     job_id: str,
     fence: int,
@@ -268,12 +281,13 @@ def fail_job(
     settings = queue_settings()
     base = (spec and spec.retry_backoff_base) or settings.RETRY_BACKOFF_BASE_SECONDS
     cap = (spec and spec.retry_backoff_max) or settings.RETRY_BACKOFF_MAX_SECONDS
+    error = storable_text(error)
     settled = {
         "fence": fence,
         "message": error[:2000],
         "error": error[:10_000],
-        "error_class": error_class[:300],
-        "traceback": traceback[:50_000],
+        "error_class": storable_text(error_class)[:300],
+        "traceback": storable_text(traceback)[:50_000],
     }
     with transaction.atomic():
         attempt = selectors.running_attempt(job_id, fence)

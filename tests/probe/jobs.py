@@ -157,6 +157,10 @@ def _end_badly(how: str) -> None:
         ctypes.string_at(0)
     if how == "oom_kill":
         os.kill(os.getpid(), signal.SIGKILL)  # what the out-of-memory killer does
+    if how == "unstorable_message":
+        # A file name decoded with surrogateescape, then a NUL: PostgreSQL's text takes neither.
+        name = b"report-\xff.csv".decode("utf-8", "surrogateescape")
+        raise ValueError(f"cannot read {name}\x00")
     if how == "close_connection":
         connection.close()
         raise RuntimeError("closed the database connection, then failed")

@@ -200,6 +200,7 @@ POISON = {
     "keyboard_interrupt": "KeyboardInterrupt",
     "generator_exit": "GeneratorExit",
     "close_connection": "RuntimeError: closed the database connection",
+    "unstorable_message": "ValueError: cannot read report-\\udcff.csv\\x00",
     "os_exit": "WorkerProcessDied: the worker process exited with code 3",
     "segfault": "WorkerProcessDied: the worker process was killed by SIGSEGV",
     "oom_kill": "WorkerProcessDied: the worker process was killed by SIGKILL (the out-of-memory killer",
