@@ -51,6 +51,15 @@ class _Fenced(Exception):
     """Rolls back an atomic handler whose completion the fence rejected."""
 
 
+class _Exited(Exception):
+    """Carries a coroutine's SystemExit or KeyboardInterrupt to its slot thread: asyncio
+    re-raises those two out of the event loop, which would end it for every slot."""
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(repr(original))
+        self.original = original
+
+
 @dataclass
 class SlotJob:
     job: ClaimedJob
@@ -165,13 +174,21 @@ class Slots:
                 slot.future = asyncio.run_coroutine_threadsafe(
                     _run_coroutine(spec, job, limit, soft_deadline), self._loop
                 )
-                result = slot.future.result()
+                try:
+                    result = slot.future.result()
+                except _Exited as exited:
+                    raise exited.original from None  # this job's failure, below
                 check_json(result, field="result", max_bytes=MAX_RESULT_BYTES, max_depth=64)
             else:
                 result = self._run_in_thread(spec, job, soft_deadline)
         except _Fenced:
             execution.note_fenced(job.id, job.fence)
-        except (concurrent.futures.CancelledError, asyncio.CancelledError):
+        except (concurrent.futures.CancelledError, asyncio.CancelledError) as exc:
+            if not slot.cancelled_for:
+                # The handler's own (a task it awaited was cancelled): its failure, counted.
+                # Handed back, it would be claimed and run again at once, forever.
+                self._fail(job, "".join(traceback.format_exception(exc)), retry=True, error_class=_name(exc))
+                return
             self._settle_cancelled(slot)
         except JobTimeLimitExceeded as exc:
             self._fail(
@@ -181,9 +198,8 @@ class Slots:
                 error_class="queue_app.exceptions.JobTimeLimitExceeded",
             )
         except BaseException as exc:  # noqa: BLE001 - however a handler ends, the attempt counts
-            error_class = f"{type(exc).__module__}.{type(exc).__qualname__}"
             retry = not isinstance(exc, spec.give_up_on)
-            self._fail(job, "".join(traceback.format_exception(exc)), retry=retry, error_class=error_class)
+            self._fail(job, "".join(traceback.format_exception(exc)), retry=retry, error_class=_name(exc))
         else:
             if result is not _ALREADY_COMPLETED:
                 with transaction.atomic():
@@ -233,6 +249,10 @@ class Slots:
 _ALREADY_COMPLETED = object()
 
 
+def _name(exc: BaseException) -> str:
+    return f"{type(exc).__module__}.{type(exc).__qualname__}"
+
+
 async def _run_coroutine(spec: HandlerSpec, job: ClaimedJob, limit: float, soft_deadline: float) -> Any:
     """Await the handler under its soft limit: past it, the coroutine is cancelled."""
     # This task runs in its own copy of the context: these values are its alone.
@@ -242,6 +262,8 @@ async def _run_coroutine(spec: HandlerSpec, job: ClaimedJob, limit: float, soft_
     try:
         async with timeout:
             return await spec.func(dict(job.payload))
+    except (SystemExit, KeyboardInterrupt) as exc:
+        raise _Exited(exc) from exc
     except TimeoutError:
         if timeout.expired():
             raise JobTimeLimitExceeded(f"time limit exceeded after {limit:g} s; cancelled") from None

@@ -267,3 +267,22 @@ def io_exit(payload):
     _started()
     time.sleep(float(payload.get("sleep", 0)))
     os._exit(3)
+
+
+@job_handler("probe.async_poison", max_attempts=2, retry_backoff_base=0.1, retry_backoff_max=0.2)
+async def async_poison(payload):
+    """A coroutine that ends as ``payload["how"]`` says, on every attempt, beside other slot jobs."""
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(_started)()
+    how = payload["how"]
+    if how == "system_exit":
+        raise SystemExit(2)
+    if how == "keyboard_interrupt":
+        raise KeyboardInterrupt
+    if how == "cancelled":
+        # Awaits a task something else cancelled: CancelledError, though no one cancelled this job.
+        waited = asyncio.ensure_future(asyncio.sleep(60))
+        asyncio.get_running_loop().call_soon(waited.cancel)
+        await waited
+    raise ValueError(f"unknown way to end: {how}")

@@ -80,6 +80,33 @@ def test_a_time_limit_cancels_an_async_job_and_counts_the_attempt(processes):
     assert Execution.objects.get(job_id=after.id).pid == Execution.objects.filter(job_id=slow.id)[0].pid
 
 
+@pytest.mark.parametrize(
+    ("how", "error"),
+    [
+        ("system_exit", "SystemExit: 2"),
+        ("keyboard_interrupt", "KeyboardInterrupt"),
+        ("cancelled", "CancelledError"),
+    ],
+)
+def test_an_async_job_ending_badly_uses_up_its_attempts_while_the_other_slots_run(processes, how, error):
+    """SystemExit and KeyboardInterrupt leave asyncio's event loop, which ended it for every
+    slot (all their jobs hung until the hard limit); a CancelledError no one asked for was
+    handed back uncounted and claimed again at once, forever."""
+    poison = enqueue_job("probe.async_poison", {"how": how})  # max_attempts=2
+    others = enqueue_jobs([JobRequest(type="probe.async_wait", payload={"sleep": 0.5}) for _ in range(3)])
+    relay_all()
+    relay = manage("runrelay", stderr=subprocess.DEVNULL)  # carries the retry's outbox row
+    worker = manage("runworker", "--slots", "4", "--burst", "--with-scheduled", stderr=subprocess.DEVNULL)
+    processes.extend([relay, worker])
+    assert worker.wait(timeout=60) == 0
+    poison.refresh_from_db()
+    assert (poison.status, poison.attempts) == ("failed", 2)
+    assert error in poison.last_error
+    assert Execution.objects.filter(job_id=poison.id).count() == 2
+    assert set(statuses(others).values()) == {"completed"}
+    assert_each_ran_once(others)
+
+
 def test_a_slot_thread_stops_at_its_soft_limit_when_it_checks_for_it(processes):
     job = enqueue_job("probe.io_checks_limit")
     relay_all()
