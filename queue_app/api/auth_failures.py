@@ -75,11 +75,12 @@ def record_failure(request: HttpRequest) -> None:
     limit = _limit()
     if limit is None:
         return
-    key = _key(request)
-    # The window starts with the first failure; add() is a no-op when it already runs.
+    key = cache.client.make_key(_key(request))
+    # One transaction: the window starts with the first failure (SET NX is a no-op while
+    # it runs), and it cannot end between being found open and the count.
     try:
-        cache.add(key, 0, timeout=limit[1])
-        cache.incr(key)
+        with cache.client.get_client(write=True).pipeline(transaction=True) as pipe:
+            pipe.set(key, 0, ex=limit[1], nx=True).incr(key).execute()
     except REDIS_ERRORS as exc:
         _unavailable(exc)
 
