@@ -7,6 +7,10 @@ checking the credentials until the window ends. Token checks answer 429;
 password logins (the admin's and /api/auth/login/) go through Django's
 ``authenticate()``, where the backend refuses before checking the password,
 so the form reports a failed login.
+
+The counters fail open: while the cache's Redis does not answer, failures are
+not counted and nobody is refused for them (a wrong token is still a 401), so
+an outage of Redis does not lock every client out of PostgreSQL's data.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import structlog
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.backends import ModelBackend
@@ -29,7 +34,10 @@ from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.throttling import BaseThrottle, SimpleRateThrottle
 
+from queue_app.broker.client import REDIS_ERRORS
 from queue_app.engine.sql import prepared
+
+log = structlog.get_logger("queue_app.api")
 
 KEY_PREFIX = "auth-failures:"
 
@@ -54,19 +62,31 @@ def retry_after(request: HttpRequest) -> int | None:
     if limit is None:
         return None
     key = _key(request)
-    if (cache.get(key) or 0) < limit[0]:
+    try:
+        if (cache.get(key) or 0) < limit[0]:
+            return None
+        return max(int(cache.ttl(key) or limit[1]), 1)
+    except REDIS_ERRORS as exc:
+        _unavailable(exc)
         return None
-    return max(int(cache.ttl(key) or limit[1]), 1)
 
 
 def record_failure(request: HttpRequest) -> None:
     limit = _limit()
     if limit is None:
         return
-    key = _key(request)
-    # The window starts with the first failure; add() is a no-op when it already runs.
-    cache.add(key, 0, timeout=limit[1])
-    cache.incr(key)
+    key = cache.client.make_key(_key(request))
+    # One transaction: the window starts with the first failure (SET NX is a no-op while
+    # it runs), and it cannot end between being found open and the count.
+    try:
+        with cache.client.get_client(write=True).pipeline(transaction=True) as pipe:
+            pipe.set(key, 0, ex=limit[1], nx=True).incr(key).execute()
+    except REDIS_ERRORS as exc:
+        _unavailable(exc)
+
+
+def _unavailable(exc: BaseException) -> None:
+    log.warning("auth_failures_not_counted", error=f"{type(exc).__name__}: {exc}"[:300])
 
 
 @receiver(user_login_failed)

@@ -100,8 +100,13 @@ NO_QUEUE = {404: OpenApiResponse(ErrorSerializer, description="No queue of that 
 
 
 @extend_schema_view(
-    list=extend_schema(summary="List queues and their controls", responses={200: QueueSerializer(many=True)}),
-    retrieve=extend_schema(summary="One queue's controls", responses={200: QueueSerializer, **NO_QUEUE}),
+    # Reading needs queue_app.view_job: 401 without credentials, 403 without the permission.
+    list=extend_schema(
+        summary="List queues and their controls", responses={200: QueueSerializer(many=True), **AUTH_ERRORS}
+    ),
+    retrieve=extend_schema(
+        summary="One queue's controls", responses={200: QueueSerializer, **NO_QUEUE, **AUTH_ERRORS}
+    ),
 )
 class QueueViewSet(QueueAPIDefaults, viewsets.ViewSet):
     permission_classes = [CanControlQueues]

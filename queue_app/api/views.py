@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser
+from django.db import DatabaseError
 from django.db.models import QuerySet
 from django.urls import reverse
 from django_filters.rest_framework import DjangoFilterBackend
@@ -45,6 +46,7 @@ from queue_app.api.serializers import (
     StatsSerializer,
     job_body,
 )
+from queue_app.broker.client import REDIS_ERRORS
 from queue_app.exceptions import JobsRejected, QueueError
 from queue_app.models import Job
 from queue_app.services import JobRequest
@@ -327,10 +329,11 @@ class HealthView(QueueAPIDefaults, APIView):
     throttle_classes: list = []
 
     def perform_authentication(self, request: Request) -> None:
-        # Credentials only decide how much is shown; bad ones never turn a probe away.
+        # Credentials only decide how much is shown: neither bad ones nor a store that
+        # cannot check them turns a probe away (the checks below report the store).
         try:
             request.user  # noqa: B018 - authenticates
-        except APIException:
+        except (APIException, DatabaseError, *REDIS_ERRORS):
             request.user = AnonymousUser()
 
     @staticmethod

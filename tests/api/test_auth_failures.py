@@ -2,9 +2,11 @@
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.cache import cache
 from django.test import Client
 from rest_framework.authtoken.models import Token
 
+from queue_app.api.auth_failures import KEY_PREFIX
 from tests.api.conftest import make_user, run_in_child
 from tests.helpers import database_url
 
@@ -74,3 +76,30 @@ def test_an_empty_rate_turns_the_limit_off():
         AUTH_FAILURE_RATE="",
     )
     assert result == [401]
+
+
+@pytest.mark.django_db
+def test_a_window_ending_while_a_failure_is_counted_is_still_a_401(settings, monkeypatch):
+    """The counter's key expires just after the first write of the count (driven here by
+    deleting it at that moment, on the real Redis). Opening the window and counting in two
+    steps then counted a key that no longer existed: a 500. One transaction has no such moment."""
+    settings.AUTH_FAILURE_RATE = "3/minute"
+    redis = cache.client.get_client(write=True)
+    key = cache.client.make_key(KEY_PREFIX + "127.0.0.1")
+    redis.set(key, 1, ex=60)  # a window already running, one failure in
+    send = redis.execute_command
+
+    def expire_after_the_first_write(*args, **options):
+        result = send(*args, **options)
+        if args[0] == "SET":
+            monkeypatch.setattr(redis, "execute_command", send)
+            send("DEL", key)
+        return result
+
+    monkeypatch.setattr(redis, "execute_command", expire_after_the_first_write)
+
+    response = Client(raise_request_exception=False).get("/api/jobs/", HTTP_AUTHORIZATION="Token " + "0" * 40)
+
+    assert response.status_code == 401
+    assert cache.get(KEY_PREFIX + "127.0.0.1") == 2
+    assert 0 < cache.ttl(KEY_PREFIX + "127.0.0.1") <= 60

@@ -55,6 +55,20 @@ def test_the_schema_lists_every_operation_and_the_live_registry(client):
 
 
 @pytest.mark.django_db
+def test_every_operation_that_needs_credentials_documents_401_and_403(client):
+    schema = client.get("/api/schema/?format=json").json()
+
+    missing = {
+        (path, method): sorted({"401", "403"} - set(operation["responses"]))
+        for path, item in schema["paths"].items()
+        for method, operation in item.items()
+        if {} not in operation.get("security", [])  # {}: anonymous callers allowed
+    }
+    assert {operation: codes for operation, codes in missing.items() if codes} == {}
+    assert ("/api/queues/", "get") in missing and ("/api/queues/{name}/", "get") in missing
+
+
+@pytest.mark.django_db
 def test_the_configured_queues_are_the_schema_enum(client, queue_config):
     queue_config(QUEUES="default,emails:fifo")
     schema = client.get("/api/schema/?format=json").json()

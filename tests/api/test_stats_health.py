@@ -195,6 +195,25 @@ def test_health_is_503_naming_postgresql_when_it_does_not_answer():
     assert result["body"]["checks"] == {"postgresql": "unavailable", "redis": "ok"}
 
 
+def test_health_with_a_token_that_a_down_postgresql_cannot_check_still_names_the_store():
+    result = run_in_child(
+        """
+        client.credentials(HTTP_AUTHORIZATION="Token 0123456789abcdef0123456789abcdef01234567")
+        response = client.get("/api/health/")
+        print(json.dumps({"status": response.status_code, "body": response.json()}))
+        """,
+        DATABASE_URL=f"postgres://postgres@127.0.0.1:{closed_port()}/jobs",
+        DATABASE_POOL_TIMEOUT="1",
+    )
+
+    assert result["status"] == 503
+    assert result["body"] == {
+        "status": "unavailable",
+        "detail": "postgresql not answering",
+        "checks": {"postgresql": "unavailable", "redis": "ok"},
+    }
+
+
 def test_health_answers_before_the_pool_gives_up_on_a_down_postgresql():
     # The pool would wait its whole timeout (30 s here) for a connection; the probe does not,
     # and neither does the process's exit (which joins the check's thread).
