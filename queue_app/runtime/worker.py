@@ -542,11 +542,19 @@ class Worker:
         except BaseException:
             with self._batch_lock:
                 self.completions = finished + self.completions  # written by the main thread later
+                self.unstarted = released + self.unstarted  # not handed back: run here after all
             raise
         for completion in finished:
             self.held.pop(completion.job_id, None)
-        for job in released:
-            self._hand_back(job, "released: the job claimed before it is still running")
+        for index, job in enumerate(released):
+            try:
+                self._hand_back(job, "released: the job claimed before it is still running")
+            except BaseException:
+                # Dropped from unstarted yet still held, they would keep their leases (and
+                # wait) for as long as this process lives: they run here instead.
+                with self._batch_lock:
+                    self.unstarted = released[index:] + self.unstarted
+                raise
 
     def _put_back_not_due(self, ids: set[str]) -> None:
         """Ids promoted a little early (clocks differ) go back to the retry set."""

@@ -1,0 +1,57 @@
+"""A batch released behind a slow job while PostgreSQL fails: what is not handed back stays
+the worker's to run, instead of being held (its lease extended) and never started."""
+
+import time
+
+import psycopg
+import pytest
+from django.db import OperationalError, connection
+
+from queue_app import broker
+from queue_app.engine import execution
+from queue_app.models import Job
+from queue_app.runtime.worker import Worker
+from queue_app.services import enqueue_job
+from tests.helpers import relay_all
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
+
+
+def test_jobs_a_failed_release_did_not_hand_back_stay_to_run(redis_client):
+    ids = [str(enqueue_job("probe.run").id) for _ in range(4)]
+    relay_all()
+    popped = broker.reserve(redis_client, "default", False, 4)
+    worker = Worker(worker_id="w", queues=["default"])
+    claimed = execution.claim(popped, worker_id="w").jobs
+    assert sorted(job.id for job in claimed) == sorted(ids)
+    for job in claimed:
+        worker.held[job.id] = job.fence
+    worker.current, worker.unstarted = claimed[0], claimed[1:]
+    worker._claimed_at = time.monotonic() - worker.release_after_seconds - 1
+
+    # The second job's hand-back fails: its row is locked elsewhere and the wait times out.
+    blocker = psycopg.connect(**connection.get_connection_params())
+    try:
+        blocker.execute("SELECT 1 FROM jobs WHERE id = %s FOR UPDATE", [claimed[2].id])
+        with connection.cursor() as cursor:
+            cursor.execute("SET statement_timeout = '300ms'")
+        with pytest.raises(OperationalError):
+            worker.release_batch()
+    finally:
+        blocker.close()
+        with connection.cursor() as cursor:
+            cursor.execute("RESET statement_timeout")
+
+    assert Job.objects.get(id=claimed[1].id).status == "queued"  # handed back before the failure
+    assert [job.id for job in worker.unstarted] == [claimed[2].id, claimed[3].id]
+    # The next release (the heartbeat's next beat) hands them back.
+    worker.release_batch()
+    assert worker.unstarted == []
+    statuses = dict(Job.objects.filter(id__in=ids).values_list("id", "status"))
+    assert {str(job_id): status for job_id, status in statuses.items()} == {
+        claimed[0].id: "processing",
+        claimed[1].id: "queued",
+        claimed[2].id: "queued",
+        claimed[3].id: "queued",
+    }
+    assert set(worker.held) == {claimed[0].id}
