@@ -641,6 +641,8 @@ class Worker:
             log.warning("job_lease_lost", job_id=job.id, attempt=job.attempt, reason=str(exc))
             self.held.pop(job.id, None)
         except WorkerShutdown:
+            # The stop may have interrupted the handler inside a query, its connection still busy.
+            self._start_from_a_usable_connection()
             self._hand_back(job, "worker shutdown grace period ended")
         except JobTimeLimitExceeded as exc:
             self._settle_failure(
@@ -712,12 +714,22 @@ class Worker:
     ) -> None:
         # The handler may have closed or broken this process's connection; the failure
         # must still be written, so start from a working one.
-        if connection.connection is not None and not connection.is_usable():
-            connection.close()
+        self._start_from_a_usable_connection()
         execution.fail_job(
             job.id, job.fence, error, retry=retry, error_class=error_class, traceback=error_traceback
         )
         self.held.pop(job.id, None)
+
+    @staticmethod
+    def _start_from_a_usable_connection() -> None:
+        """The handler may have closed or broken this process's connection, or been stopped
+        inside a query: its connection still busy, the query still running on the server."""
+        raw = connection.connection
+        if raw is None or connection.is_usable():
+            return
+        with contextlib.suppress(Exception):  # a broken connection has no query to cancel
+            raw.cancel_safe(timeout=2)  # the server stops it instead of finishing it for no one
+        connection.close()
 
     def _hand_back(self, job: ClaimedJob, reason: str) -> None:
         """Each hand-back puts a strict-FIFO job at the head of its list, so a batch goes

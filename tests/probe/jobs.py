@@ -31,6 +31,14 @@ def run(payload):
     return {"pid": os.getpid()}
 
 
+@job_handler("probe.db_sleep", max_attempts=1)
+def db_sleep(payload):
+    """Record the execution, then wait inside a query (PostgreSQL's pg_sleep)."""
+    _started()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_sleep(%s)", [float(payload.get("sleep", 0))])
+
+
 @job_handler("probe.effect", atomic=True, max_attempts=5)
 def effect(payload):
     """Write a side effect in the completion transaction (exactly once per completion)."""

@@ -5,6 +5,7 @@ import subprocess
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from queue_app import broker
@@ -39,8 +40,11 @@ def test_sigterm_lets_the_running_job_finish(processes):
     assert status_of(job) == "completed"
 
 
-def test_sigterm_past_the_grace_period_hands_the_job_back(processes):
-    job = enqueue_job("probe.run", {"sleep": 60})
+# A handler sleeping in Python, and one waiting inside a query: the stop interrupts the
+# query and leaves its connection busy, which the hand-back must not use.
+@pytest.mark.parametrize("job_type", ["probe.run", "probe.db_sleep"])
+def test_sigterm_past_the_grace_period_hands_the_job_back(processes, job_type):
+    job = enqueue_job(job_type, {"sleep": 60})
     relay_all()
     worker = manage(
         "runworker", env=child_env(JOBQUEUE_SHUTDOWN_GRACE_SECONDS="0.5"), stderr=subprocess.DEVNULL
@@ -51,6 +55,18 @@ def test_sigterm_past_the_grace_period_hands_the_job_back(processes):
     job.refresh_from_db()
     assert job.status == "queued" and job.attempts == 0 and job.worker_id == ""
     assert OutboxMessage.objects.filter(job=job, action="enqueue", dispatched_at__isnull=True).exists()
+    # The interrupted query was cancelled, not left running on the server for no one.
+    wait_until(lambda: _queries_running("SELECT pg_sleep%") == 0, timeout=5, message="no pg_sleep left")
+
+
+def _queries_running(pattern: str) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE %s "
+            "AND datname = current_database()",
+            [pattern],
+        )
+        return cursor.fetchone()[0]
 
 
 def test_handler_that_swallows_the_soft_limit_is_killed_and_the_worker_goes_on(processes):
