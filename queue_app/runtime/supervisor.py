@@ -28,6 +28,7 @@ import signal
 import socket
 import sys
 import time
+import traceback
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 
@@ -110,10 +111,19 @@ def _child_main(
         slots=slots,
         max_jobs=max_jobs,
     )
-    worker.run()
-    connections.close_all()
-    if worker.recycled and worker.stop_signal is None:
-        sys.exit(RECYCLED_EXIT_CODE)
+    code = 1
+    try:
+        worker.run()
+        connections.close_all()
+        code = RECYCLED_EXIT_CODE if worker.recycled and worker.stop_signal is None else 0
+    except BaseException:  # noqa: BLE001 - reported as a crash would be, then the exit below
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Not a return: multiprocessing would then wait for every non-daemon thread, and one
+        # a handler started and left running would keep this process, and its place, for ever.
+        os._exit(code)
 
 
 class Supervisor:
@@ -396,11 +406,13 @@ class Supervisor:
             if child.pipe is not None:
                 child.pipe.close()
                 child.pipe = None
+            if not recycled and not self.stopping:  # its jobs are settled: replaced at once
+                time.sleep(RESTART_BACKOFF_SECONDS)
+            # Checked after the back-off too: a child started once the stop has been sent
+            # to the others would never get it.
             if self.stopping:
                 child.process = None  # settled; nothing more to do for it
                 continue
-            if not recycled:  # its jobs are settled: replaced at once
-                time.sleep(RESTART_BACKOFF_SECONDS)
             self._start(child)
 
 

@@ -294,3 +294,13 @@ async def async_poison(payload):
         asyncio.get_running_loop().call_soon(waited.cancel)
         await waited
     raise ValueError(f"unknown way to end: {how}")
+
+
+@job_handler("probe.leave_thread")
+def leave_thread(payload):
+    """Record the execution and return, leaving a non-daemon thread running (a library's
+    background thread, say)."""
+    import threading
+
+    _started()
+    threading.Thread(target=time.sleep, args=(3600,), name="left running").start()

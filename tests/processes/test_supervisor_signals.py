@@ -6,10 +6,13 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
-from tests.helpers import PROJECT_ROOT, child_env, kill_group, wait_until
+from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
+from tests.helpers import PROJECT_ROOT, child_env, kill_group, manage, relay_all, wait_until
+from tests.probe.models import Execution
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.redis]
 
@@ -34,6 +37,19 @@ call_command("runworker", "--name=starting-worker")
 """
 
 
+def _events(process: subprocess.Popen) -> list[dict]:
+    """The process's JSON log events, appended as it writes them."""
+    events: list[dict] = []
+
+    def read() -> None:
+        for line in process.stderr:
+            if line.startswith("{"):
+                events.append(json.loads(line))
+
+    threading.Thread(target=read, daemon=True).start()
+    return events
+
+
 def test_a_stop_while_a_worker_process_starts_reaches_the_worker_and_everything_exits_0():
     process = subprocess.Popen(
         [sys.executable, "-c", SLOW_START],
@@ -43,14 +59,7 @@ def test_a_stop_while_a_worker_process_starts_reaches_the_worker_and_everything_
         text=True,
         start_new_session=True,
     )
-    events: list[dict] = []
-
-    def read() -> None:
-        for line in process.stderr:
-            if line.startswith("{"):
-                events.append(json.loads(line))
-
-    threading.Thread(target=read, daemon=True).start()
+    events = _events(process)
     try:
         wait_until(
             lambda: any(e["event"] == "test_worker_building" for e in events),
@@ -67,3 +76,30 @@ def test_a_stop_while_a_worker_process_starts_reaches_the_worker_and_everything_
     assert "worker_stopping" in names and "worker_stopped" in names
     assert not [e for e in events if e["event"] == "worker_process_exited"]
     assert "supervisor_stopped" in names
+
+
+def test_a_stop_during_the_restart_back_off_starts_no_new_worker_process():
+    """A worker process that died is replaced after a second's back-off. A stop within that
+    second reached only the processes alive; the replacement, started after it, never heard
+    of it, ran the queue's next jobs and was killed at the end of the shutdown grace."""
+    poison = enqueue_job("probe.poison", {"how": "os_exit"})
+    others = enqueue_jobs([JobRequest(type="probe.run") for _ in range(3)])
+    relay_all()
+    process = manage("runworker", env=child_env(LOG_LEVEL="INFO"), stderr=subprocess.PIPE, text=True)
+    events = _events(process)
+    try:
+        # The supervisor settled the dead process's jobs; the back-off follows.
+        wait_until(
+            lambda: poison.logs.filter(event="retry_scheduled").exists(),
+            timeout=30,
+            interval=0.01,
+            message="the dead worker process's job to be settled",
+        )
+        time.sleep(0.2)
+        os.kill(process.pid, signal.SIGTERM)
+        assert process.wait(timeout=10) == 0  # the shutdown grace is 20 s
+    finally:
+        kill_group(process)
+    names = [e["event"] for e in events]
+    assert "worker_process_started" not in names[names.index("worker_process_exited") :]
+    assert not Execution.objects.filter(job_id__in=[job.id for job in others]).exists()

@@ -75,3 +75,16 @@ def test_a_recycle_lets_slot_jobs_longer_than_the_shutdown_grace_finish(processe
         Execution.objects.filter(job_id__in=ids).values_list("job_id", flat=True)
     ) == dict.fromkeys(ids, 1)
     assert not JobLog.objects.filter(job_id__in=ids, event="handed_back").exists()
+
+
+def test_a_process_a_handler_left_a_thread_in_is_still_replaced(processes):
+    """A worker process past its job count ends; a thread its handler started and left
+    running (not a daemon) kept it waiting for ever, and its place served nothing more."""
+    jobs = enqueue_jobs([JobRequest("probe.leave_thread") for _ in range(3)])
+    relay_all()
+
+    _run(processes, "--max-jobs=1")
+
+    ids = [job.id for job in jobs]
+    assert set(Job.objects.filter(id__in=ids).values_list("status", flat=True)) == {"completed"}
+    assert Execution.objects.filter(job_id__in=ids).values("pid").distinct().count() == 3
