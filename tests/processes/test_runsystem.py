@@ -229,6 +229,11 @@ def test_reconcile_interval_sets_how_often_the_reconciler_repairs_redis(relay_pa
         ("--concurrency=0", "--concurrency must be at least 1"),
         ("--reconcile-interval=0", "--reconcile-interval must be greater than 0"),
         ("--reconcile-interval=-2", "--reconcile-interval must be greater than 0"),
+        ("--bind=", "--bind: expected HOST:PORT (port 1-65535) or unix:PATH, not ''"),
+        (
+            "--bind=127.0.0.1:notaport",
+            "--bind: expected HOST:PORT (port 1-65535) or unix:PATH, not '127.0.0.1:notaport'",
+        ),
     ],
 )
 def test_a_bad_option_is_refused_before_any_child_starts(systems, option, message):

@@ -13,6 +13,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from rest_framework.authtoken.models import Token
 
+from queue_app.management.commands.runweb import check_bind
 from queue_app.observability.multiproc import prepare_directory, remove_directory
 
 RESTART_DELAY_SECONDS = 2.0
@@ -25,7 +26,9 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--bind", default="127.0.0.1:8000", help="address:port of the web server")
+        parser.add_argument(
+            "--bind", default="127.0.0.1:8000", help="HOST:PORT or unix:PATH of the web server"
+        )
         parser.add_argument("--concurrency", type=int, default=2, help="worker processes (default 2)")
         parser.add_argument(
             "--reconcile-interval", type=float, default=30.0, help="seconds between reconciles"
@@ -36,6 +39,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, bind, concurrency, reconcile_interval, no_admin_user, **options):
         # Checked before anything starts: a child refusing its option would be restarted forever.
+        check_bind(bind)
         if concurrency < 1:
             raise CommandError("--concurrency must be at least 1")
         if reconcile_interval <= 0:
