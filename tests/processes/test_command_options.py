@@ -1,4 +1,5 @@
-"""``runrelay --once`` / ``--batch-size`` and ``reconcile_queue --batch-size`` as real commands."""
+"""``runrelay --once`` / ``--batch-size``, ``reconcile_queue --batch-size`` and ``runworker
+--queues`` as real commands."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from django.db import connection
 from queue_app import broker
 from queue_app.models import OutboxMessage
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
-from tests.helpers import child_env, manage, ready_ids
+from tests.helpers import child_env, kill_group, manage, ready_ids
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
@@ -114,3 +115,22 @@ def test_reconcile_rejects_a_batch_size_below_one():
     done = run("reconcile_queue", "--batch-size=0")
     assert done.returncode == 1
     assert "CommandError: --batch-size must be at least 1" in done.stderr
+
+
+@pytest.mark.parametrize("queues", ["", ",", " , "])
+def test_worker_refuses_a_queue_list_naming_no_queue(queues):
+    # Not read as "every queue", nor left to crash the worker processes, restarted forever.
+    worker = manage(
+        "runworker",
+        "--burst",
+        f"--queues={queues}",
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        _, stderr = worker.communicate(timeout=60)
+    finally:
+        kill_group(worker)
+    assert worker.returncode == 1
+    assert "CommandError: --queues: name at least one queue; configured: default" in stderr.decode()

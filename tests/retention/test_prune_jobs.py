@@ -95,11 +95,15 @@ def test_deletes_in_batches():
     ("args", "field"),
     [
         (("--status", "queued"), "--status"),
-        (("--queue", "nope"), "--queue"),
+        (("--queue", "nope"), "--queue: unknown queue"),
+        (("--queue", " , "), "--queue: name at least one queue"),
+        (("--queue", ""), "--queue: name at least one queue"),
         (("--min-age-days", "-1"), "--min-age-days"),
         (("--batch-size", "0"), "--batch-size"),
     ],
 )
 def test_bad_arguments_name_the_option(args, field):
+    job = finished("completed", 30)
     with pytest.raises(CommandError, match=field):
-        prune(*args)
+        prune("--min-age-days", "1", *args)
+    assert exists(job)

@@ -5,8 +5,8 @@ from datetime import timedelta
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from queue_app.conf import queue_settings
 from queue_app.engine.retention import prune_finished_jobs
+from queue_app.management.options import queue_names
 from queue_app.states import Status
 
 FINISHED = [Status.COMPLETED, Status.FAILED, Status.CANCELLED]
@@ -48,10 +48,7 @@ class Command(BaseCommand):
         if wrong or not statuses:
             given = ", ".join(wrong) or "none given"
             raise CommandError(f"--status: {given}; choose from {', '.join(FINISHED)}")
-        queues = [q.strip() for q in options["queue"].split(",") if q.strip()] if options["queue"] else None
-        unknown = [q for q in queues or [] if q not in queue_settings().QUEUES]
-        if unknown:
-            raise CommandError(f"--queue: unknown queue(s) {', '.join(unknown)}")
+        queues = None if options["queue"] is None else queue_names("--queue", options["queue"])
         min_age = options["min_age_days"]
         failed_age = options["failed_min_age_days"]
         failed_age = min_age if failed_age is None else failed_age
