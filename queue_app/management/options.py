@@ -2,7 +2,7 @@
 
 from django.core.management.base import CommandError
 
-from queue_app.conf import queue_settings
+from queue_app.conf import MAX_SECONDS, queue_settings
 
 
 def queue_names(option: str, value: str) -> list[str]:
@@ -20,3 +20,10 @@ def queue_names(option: str, value: str) -> list[str]:
     if not names:
         raise CommandError(f"{option}: name at least one queue; configured: {', '.join(configured)}")
     return names
+
+
+def seconds(option: str, value: float) -> None:
+    """An interval option: greater than 0 and at most MAX_SECONDS, so finite (NaN fails
+    every comparison; infinity or 1e300 would overflow the sleep that uses it)."""
+    if not 0 < value <= MAX_SECONDS:
+        raise CommandError(f"{option} must be greater than 0 and at most {MAX_SECONDS}, not {value:g}")

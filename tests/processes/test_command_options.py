@@ -54,6 +54,9 @@ def test_relay_once_with_nothing_to_send_exits_at_once():
         ("--batch-size=-5", "--batch-size must be at least 1"),
         ("--poll=0", "--poll must be greater than 0"),
         ("--poll=-1", "--poll must be greater than 0"),
+        ("--poll=nan", "--poll must be greater than 0 and at most 315360000, not nan"),
+        ("--poll=inf", "--poll must be greater than 0 and at most 315360000, not inf"),
+        ("--poll=1e300", "--poll must be greater than 0 and at most 315360000, not 1e+300"),
     ],
 )
 def test_relay_rejects_a_bad_option_naming_it(option, message):
@@ -109,6 +112,14 @@ def test_reconcile_batch_size_pages_the_jobs_and_still_repairs_everything(redis_
     # Membership is looked up one page of at most 4 jobs at a time.
     lookups = [c.split() for c in commands if c.startswith("ZMSCORE queue:{default}:priority ")]
     assert [len(lookup) - 2 for lookup in lookups] == [4, 4, 2]
+
+
+@pytest.mark.parametrize("interval", ["nan", "inf", "1e300"])
+def test_reconcile_loop_rejects_an_interval_that_is_not_a_finite_number_of_seconds(interval):
+    done = run("reconcile_queue", "--loop", f"--interval={interval}")
+    assert done.returncode == 1
+    assert "CommandError: --interval must be greater than 0 and at most 315360000" in done.stderr
+    assert "Traceback" not in done.stderr and "reconcile:" not in done.stdout
 
 
 def test_reconcile_rejects_a_batch_size_below_one():

@@ -98,7 +98,11 @@ def test_deletes_in_batches():
         (("--queue", "nope"), "--queue: unknown queue"),
         (("--queue", " , "), "--queue: name at least one queue"),
         (("--queue", ""), "--queue: name at least one queue"),
-        (("--min-age-days", "-1"), "--min-age-days"),
+        (("--min-age-days", "-1"), "--min-age-days must be from 0 to 36500 days, not -1"),
+        (("--min-age-days", "nan"), "--min-age-days must be from 0 to 36500 days, not nan"),
+        (("--min-age-days", "inf"), "--min-age-days must be from 0 to 36500 days, not inf"),
+        (("--min-age-days", "1000000"), "--min-age-days must be from 0 to 36500 days, not 1e\\+06"),
+        (("--failed-min-age-days", "nan"), "--failed-min-age-days must be from 0 to 36500 days, not nan"),
         (("--batch-size", "0"), "--batch-size"),
     ],
 )

@@ -10,6 +10,7 @@ from queue_app.management.options import queue_names
 from queue_app.states import Status
 
 FINISHED = [Status.COMPLETED, Status.FAILED, Status.CANCELLED]
+MAX_AGE_DAYS = 36500  # a hundred years
 
 
 class Command(BaseCommand):
@@ -52,8 +53,10 @@ class Command(BaseCommand):
         min_age = options["min_age_days"]
         failed_age = options["failed_min_age_days"]
         failed_age = min_age if failed_age is None else failed_age
-        if min_age < 0 or failed_age < 0:
-            raise CommandError("--min-age-days and --failed-min-age-days must not be negative")
+        for option, days in (("--min-age-days", min_age), ("--failed-min-age-days", failed_age)):
+            # NaN fails every comparison; a larger age would reach before year 1 (OverflowError).
+            if not 0 <= days <= MAX_AGE_DAYS:
+                raise CommandError(f"{option} must be from 0 to {MAX_AGE_DAYS} days, not {days:g}")
         if options["batch_size"] < 1:
             raise CommandError("--batch-size must be at least 1")
         now = timezone.now()

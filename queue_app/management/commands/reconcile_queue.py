@@ -4,6 +4,7 @@ import signal
 
 from django.core.management.base import BaseCommand, CommandError
 
+from queue_app.management.options import seconds
 from queue_app.observability.exporter import serve_metrics
 from queue_app.runtime.outages import STORE_ERRORS
 from queue_app.runtime.reconciler import Reconciler
@@ -34,8 +35,7 @@ class Command(BaseCommand):
     def handle(
         self, *args, dry_run=False, loop=False, interval=60.0, batch_size=None, metrics_port=None, **options
     ):
-        if interval <= 0:
-            raise CommandError("--interval must be greater than 0")
+        seconds("--interval", interval)
         if batch_size is not None and batch_size < 1:
             raise CommandError("--batch-size must be at least 1")
         if metrics_port is not None and not (loop and 0 < metrics_port < 65536):

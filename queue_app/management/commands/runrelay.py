@@ -4,6 +4,7 @@ import signal
 
 from django.core.management.base import BaseCommand, CommandError
 
+from queue_app.management.options import seconds
 from queue_app.runtime.relay import Relay
 
 
@@ -19,8 +20,8 @@ class Command(BaseCommand):
         # Checked here: the relay reads 0 as "use the setting" and fails on a negative value.
         if batch_size is not None and batch_size < 1:
             raise CommandError("--batch-size must be at least 1")
-        if poll is not None and poll <= 0:
-            raise CommandError("--poll must be greater than 0")
+        if poll is not None:
+            seconds("--poll", poll)
         relay = Relay(batch_size=batch_size, poll_seconds=poll)
 
         def stop(signum, frame):

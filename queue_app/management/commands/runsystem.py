@@ -14,6 +14,7 @@ from django.core.management.base import BaseCommand, CommandError
 from rest_framework.authtoken.models import Token
 
 from queue_app.management.commands.runweb import check_bind
+from queue_app.management.options import seconds
 from queue_app.observability.multiproc import prepare_directory, remove_directory
 
 RESTART_DELAY_SECONDS = 2.0
@@ -42,8 +43,7 @@ class Command(BaseCommand):
         check_bind(bind)
         if concurrency < 1:
             raise CommandError("--concurrency must be at least 1")
-        if reconcile_interval <= 0:
-            raise CommandError("--reconcile-interval must be greater than 0")
+        seconds("--reconcile-interval", reconcile_interval)
         manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
         commands = {
             "web": [*manage, "runweb", f"--bind={bind}"],
