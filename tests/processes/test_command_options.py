@@ -15,6 +15,7 @@ from queue_app import broker
 from queue_app.models import OutboxMessage
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
 from tests.helpers import child_env, kill_group, manage, ready_ids
+from tests.reconciler.proxy import free_port
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
@@ -65,6 +66,26 @@ def test_relay_rejects_a_bad_option_naming_it(option, message):
     assert done.returncode == 1
     assert f"CommandError: {message}" in done.stderr and "Traceback" not in done.stderr
     assert OutboxMessage.objects.filter(dispatched_at__isnull=True).count() == 1
+
+
+def test_relay_once_with_redis_down_exits_with_the_error_instead_of_waiting():
+    enqueue_jobs([JobRequest(type="demo.echo") for _ in range(3)])
+    relay = manage(
+        "runrelay",
+        "--once",
+        env=child_env(REDIS_URL=f"redis://127.0.0.1:{free_port()}/6"),  # nothing listens there
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        stdout, stderr = relay.communicate(timeout=60)
+    finally:
+        kill_group(relay)
+    assert relay.returncode == 1
+    assert "CommandError: relay failed, a store is unreachable: ConnectionError" in stderr
+    assert "Traceback" not in stderr and "relay stopped" not in stdout
+    assert OutboxMessage.objects.filter(dispatched_at__isnull=True).count() == 3
 
 
 class Monitor:

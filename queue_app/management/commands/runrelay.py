@@ -5,6 +5,7 @@ import signal
 from django.core.management.base import BaseCommand, CommandError
 
 from queue_app.management.options import seconds
+from queue_app.runtime.outages import STORE_ERRORS
 from queue_app.runtime.relay import Relay
 
 
@@ -29,5 +30,8 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
-        relay.run(once=once)
+        try:
+            relay.run(once=once)
+        except STORE_ERRORS as exc:  # only with --once; otherwise the relay waits for the store
+            raise CommandError(f"relay failed, a store is unreachable: {type(exc).__name__}: {exc}") from None
         self.stdout.write(f"relay stopped: {relay.dispatched_total} outbox rows dispatched")
