@@ -48,7 +48,10 @@ class Command(BaseCommand):
                 raise CommandError(f"reconcile failed, a store is unreachable: {type(exc).__name__}: {exc}")
             return
         if metrics_port is not None:
-            serve_metrics(metrics_port)
+            try:
+                serve_metrics(metrics_port)
+            except OSError as exc:  # e.g. the port is in use
+                raise CommandError(f"--metrics-port {metrics_port}: {exc.strerror}") from None
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: reconciler.stop())
         reconciler.run_forever(interval)

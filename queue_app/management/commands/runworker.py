@@ -73,7 +73,10 @@ class Command(BaseCommand):
         if metrics_port is not None:
             if not 0 < metrics_port < 65536:
                 raise CommandError("--metrics-port must be between 1 and 65535")
-            serve_metrics(metrics_port)
+            try:
+                serve_metrics(metrics_port)
+            except OSError as exc:  # e.g. the port is in use
+                raise CommandError(f"--metrics-port {metrics_port}: {exc.strerror}") from None
         supervisor = Supervisor(
             name=name or default_name(),
             queues=selected,
