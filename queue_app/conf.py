@@ -66,7 +66,7 @@ DEFAULT_QUEUES = {"default": False}
 MAX_SECONDS = 10 * 365 * 24 * 3600
 _NON_NUMERIC_KEYS = {"QUEUES", "SCHEDULES", "METRICS_TOKEN"}
 _BOOLEAN_KEYS = {"METRICS_ENABLED", "TRACING_ENABLED", "DISPATCH_ON_COMMIT"}
-_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
 
 class SettingError(ValueError):
@@ -119,7 +119,10 @@ def build(raw: dict[str, Any]) -> QueueSettings:
         if setting.name not in raw or setting.name in _NON_NUMERIC_KEYS:
             continue
         if setting.name in _BOOLEAN_KEYS:
-            values[setting.name] = parse_bool(setting.name, raw[setting.name])
+            # Empty keeps the default, as for the settings' own switches (_env_bool): an empty
+            # JOBQUEUE_METRICS_ENABLED= must not turn a default-on feature off.
+            if raw[setting.name] != "":
+                values[setting.name] = parse_bool(setting.name, raw[setting.name])
             continue
         key, value = setting.name, raw[setting.name]
         kind = int if setting.type in ("int", int) else float

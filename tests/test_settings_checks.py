@@ -74,6 +74,13 @@ def test_switches_accept_booleans_and_their_environment_spellings(settings, valu
     assert (queue_settings().METRICS_ENABLED, queue_settings().TRACING_ENABLED) == (expected, expected)
 
 
+def test_an_empty_switch_keeps_its_default(settings):
+    settings.JOBQUEUE = {"METRICS_ENABLED": "", "DISPATCH_ON_COMMIT": "", "TRACING_ENABLED": ""}
+    assert queue_errors() == []
+    switches = queue_settings()
+    assert switches.METRICS_ENABLED and switches.DISPATCH_ON_COMMIT and not switches.TRACING_ENABLED
+
+
 @pytest.mark.processes
 @pytest.mark.parametrize(
     "command", [("runworker", "--burst"), ("runrelay", "--once"), ("reconcile_queue",), ("runsystem",)]
