@@ -2,6 +2,7 @@
 
 from datetime import timedelta
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
@@ -59,6 +60,11 @@ class Command(BaseCommand):
                 raise CommandError(f"{option} must be from 0 to {MAX_AGE_DAYS} days, not {days:g}")
         if options["batch_size"] < 1:
             raise CommandError("--batch-size must be at least 1")
+        # A mistyped alias matches no job: the run would report success having deleted nothing.
+        if options["backend"] is not None and options["backend"] not in settings.TASKS:
+            raise CommandError(
+                f"--backend: unknown backend {options['backend']!r}; configured: {', '.join(settings.TASKS)}"
+            )
         now = timezone.now()
         ages = {Status.COMPLETED: min_age, Status.FAILED: failed_age, Status.CANCELLED: failed_age}
         counts = prune_finished_jobs(
@@ -67,7 +73,12 @@ class Command(BaseCommand):
             backend=options["backend"],
             batch_size=options["batch_size"],
             dry_run=options["dry_run"],
+            report=self._report,
         )
         verb = "would delete" if options["dry_run"] else "deleted"
         for status, count in counts.items():
             self.stdout.write(f"{verb} {count} {status} job(s)")
+
+    def _report(self, line: str) -> None:
+        self.stdout.write(line)
+        self.stdout.flush()  # seen as it happens, also when stdout is a file or a pipe
