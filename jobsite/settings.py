@@ -6,6 +6,7 @@ live in ``JOBQUEUE`` (defaults and validation in queue_app/conf.py); any key
 can be set here as ``JOBQUEUE_<KEY>``.
 """
 
+import math
 import os
 import re
 import sys
@@ -45,6 +46,18 @@ def _env_int(name: str, default: int, minimum: int = 0) -> int:
         number = minimum - 1
     if number < minimum:
         raise ImproperlyConfigured(f"{name} must be an integer >= {minimum}, not {value!r}.")
+    return number
+
+
+def _env_float(name: str, default: float, maximum: float) -> float:
+    """A number above 0 and at most ``maximum``, so never NaN or infinity."""
+    value = os.environ.get(name, "")
+    try:
+        number = float(value) if value else default
+    except ValueError:
+        number = math.nan
+    if not 0 < number <= maximum:
+        raise ImproperlyConfigured(f"{name} must be a number > 0 and <= {maximum:g}, not {value!r}.")
     return number
 
 
@@ -151,10 +164,18 @@ DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
 if not DATABASES["default"]["HOST"] and "host" in DATABASES["default"].get("OPTIONS", {}):
     DATABASES["default"]["HOST"] = DATABASES["default"]["OPTIONS"].pop("host")
 if _env_bool("DATABASE_POOL", True):
+    # Checked here: psycopg_pool would refuse them only at the first query.
+    pool_min_size = _env_int("DATABASE_POOL_MIN_SIZE", 1)
+    pool_max_size = _env_int("DATABASE_POOL_MAX_SIZE", 10, minimum=1)
+    if pool_min_size > pool_max_size:
+        raise ImproperlyConfigured(
+            f"DATABASE_POOL_MIN_SIZE ({pool_min_size}) must not be above "
+            f"DATABASE_POOL_MAX_SIZE ({pool_max_size})."
+        )
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
-        "min_size": int(os.environ.get("DATABASE_POOL_MIN_SIZE", "1")),
-        "max_size": int(os.environ.get("DATABASE_POOL_MAX_SIZE", "10")),
-        "timeout": float(os.environ.get("DATABASE_POOL_TIMEOUT", "10")),
+        "min_size": pool_min_size,
+        "max_size": pool_max_size,
+        "timeout": _env_float("DATABASE_POOL_TIMEOUT", 10, maximum=3600),
     }
 
 # Behind PgBouncer in transaction mode: no server-side cursors, no prepared statements.
@@ -217,7 +238,7 @@ STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", BASE_DIR / "staticfiles"))
 SECURE_SSL_REDIRECT = _env_bool("SECURE_SSL_REDIRECT", not DEBUG)
 SESSION_COOKIE_SECURE = _env_bool("SESSION_COOKIE_SECURE", not DEBUG)
 CSRF_COOKIE_SECURE = _env_bool("CSRF_COOKIE_SECURE", not DEBUG)
-SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "0" if DEBUG else "31536000"))
+SECURE_HSTS_SECONDS = _env_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 31536000)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = _env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", not DEBUG)
 SECURE_HSTS_PRELOAD = _env_bool("SECURE_HSTS_PRELOAD", False)
 if _env_bool("SECURE_PROXY_SSL_HEADER", False):
@@ -288,7 +309,11 @@ FAILPOINTS = os.environ.get("JOBSITE_FAILPOINTS", "")
 FAULT_POINT_HANDLER = "queue_app.runtime.failpoints.hit" if FAILPOINTS else ""
 
 LOG_FORMAT = os.environ.get("LOG_FORMAT", "console" if sys.stderr.isatty() else "json")
-LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO").upper()
+LOG_LEVEL = (os.environ.get("LOG_LEVEL") or "INFO").upper()
+if LOG_LEVEL not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+    raise ImproperlyConfigured(
+        f"LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL, not {os.environ['LOG_LEVEL']!r}."
+    )
 
 structlog.configure(
     processors=[

@@ -6,6 +6,7 @@ are coerced here. ``queue_settings()`` re-reads under ``override_settings``.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, fields
 from functools import cache
@@ -60,9 +61,12 @@ class QueueSettings:
 
 
 DEFAULT_QUEUES = {"default": False}
+# The longest any *_SECONDS setting or command interval may be (ten years): far past any
+# sensible value, and well inside what sleeps, select() and PostgreSQL intervals accept.
+MAX_SECONDS = 10 * 365 * 24 * 3600
 _NON_NUMERIC_KEYS = {"QUEUES", "SCHEDULES", "METRICS_TOKEN"}
 _BOOLEAN_KEYS = {"METRICS_ENABLED", "TRACING_ENABLED", "DISPATCH_ON_COMMIT"}
-_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
 
 class SettingError(ValueError):
@@ -115,18 +119,26 @@ def build(raw: dict[str, Any]) -> QueueSettings:
         if setting.name not in raw or setting.name in _NON_NUMERIC_KEYS:
             continue
         if setting.name in _BOOLEAN_KEYS:
-            values[setting.name] = parse_bool(setting.name, raw[setting.name])
+            # Empty keeps the default, as for the settings' own switches (_env_bool): an empty
+            # JOBQUEUE_METRICS_ENABLED= must not turn a default-on feature off.
+            if raw[setting.name] != "":
+                values[setting.name] = parse_bool(setting.name, raw[setting.name])
             continue
+        key, value = setting.name, raw[setting.name]
         kind = int if setting.type in ("int", int) else float
         try:
-            number = kind(raw[setting.name])
-        except (TypeError, ValueError):
-            raise SettingError(
-                f"JOBQUEUE['{setting.name}'] must be a number, not {raw[setting.name]!r}"
-            ) from None
+            number = kind(value)
+        except (TypeError, ValueError, OverflowError):
+            what = "a whole number" if kind is int else "a number"
+            raise SettingError(f"JOBQUEUE['{key}'] must be {what}, not {value!r}") from None
+        # NaN passes a `<= 0` check and infinity overflows sleeps: both are refused here.
+        if kind is float and not math.isfinite(number):
+            raise SettingError(f"JOBQUEUE['{key}'] must be a finite number, not {value!r}")
         if number <= 0:
-            raise SettingError(f"JOBQUEUE['{setting.name}'] must be greater than 0, not {number}")
-        values[setting.name] = number
+            raise SettingError(f"JOBQUEUE['{key}'] must be greater than 0, not {number}")
+        if kind is float and number > MAX_SECONDS:
+            raise SettingError(f"JOBQUEUE['{key}'] must be at most {MAX_SECONDS} (ten years), not {value!r}")
+        values[key] = number
     result = QueueSettings(**values)
     if result.HEARTBEAT_SECONDS >= result.LEASE_SECONDS:
         raise SettingError("JOBQUEUE['HEARTBEAT_SECONDS'] must be shorter than LEASE_SECONDS")

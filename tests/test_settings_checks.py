@@ -18,6 +18,11 @@ from tests.helpers import child_env, manage
 BAD_VALUES = [
     ({"LEASE_SECONDS": "soon"}, "JOBQUEUE['LEASE_SECONDS'] must be a number, not 'soon'"),
     ({"RELAY_BATCH_SIZE": 0}, "JOBQUEUE['RELAY_BATCH_SIZE'] must be greater than 0, not 0"),
+    ({"RELAY_BATCH_SIZE": "2.5"}, "JOBQUEUE['RELAY_BATCH_SIZE'] must be a whole number, not '2.5'"),
+    ({"RELAY_BATCH_SIZE": float("inf")}, "JOBQUEUE['RELAY_BATCH_SIZE'] must be a whole number, not inf"),
+    ({"LEASE_SECONDS": "nan"}, "JOBQUEUE['LEASE_SECONDS'] must be a finite number, not 'nan'"),
+    ({"RELAY_POLL_SECONDS": "inf"}, "JOBQUEUE['RELAY_POLL_SECONDS'] must be a finite number, not 'inf'"),
+    ({"RELAY_POLL_SECONDS": "1e300"}, "JOBQUEUE['RELAY_POLL_SECONDS'] must be at most 315360000 (ten years)"),
     ({"RETRY_BACKOFF_MAX_SECONDS": -1}, "JOBQUEUE['RETRY_BACKOFF_MAX_SECONDS'] must be greater than 0"),
     ({"LEASE_SECONDZ": 30}, "JOBQUEUE: unknown key(s) LEASE_SECONDZ"),
     ({"QUEUES": "default,bulk:lifo"}, "JOBQUEUE['QUEUES']: unknown mode 'lifo' for 'bulk'"),
@@ -69,6 +74,13 @@ def test_switches_accept_booleans_and_their_environment_spellings(settings, valu
     assert (queue_settings().METRICS_ENABLED, queue_settings().TRACING_ENABLED) == (expected, expected)
 
 
+def test_an_empty_switch_keeps_its_default(settings):
+    settings.JOBQUEUE = {"METRICS_ENABLED": "", "DISPATCH_ON_COMMIT": "", "TRACING_ENABLED": ""}
+    assert queue_errors() == []
+    switches = queue_settings()
+    assert switches.METRICS_ENABLED and switches.DISPATCH_ON_COMMIT and not switches.TRACING_ENABLED
+
+
 @pytest.mark.processes
 @pytest.mark.parametrize(
     "command", [("runworker", "--burst"), ("runrelay", "--once"), ("reconcile_queue",), ("runsystem",)]
@@ -77,6 +89,7 @@ def test_switches_accept_booleans_and_their_environment_spellings(settings, valu
     ("variable", "value", "message"),
     [
         ("JOBQUEUE_LEASE_SECONDS", "soon", "JOBQUEUE['LEASE_SECONDS'] must be a number, not 'soon'"),
+        ("JOBQUEUE_LEASE_SECONDS", "nan", "JOBQUEUE['LEASE_SECONDS'] must be a finite number, not 'nan'"),
         ("JOBQUEUE_HEARTBEAT_SECONDS", "60", "JOBQUEUE['HEARTBEAT_SECONDS'] must be shorter than LEASE"),
     ],
 )

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 import structlog
@@ -13,6 +14,9 @@ from queue_app.states import TERMINAL
 
 log = structlog.get_logger("queue_app.services")
 
+# A long prune reports its running totals this often (a million rows take minutes).
+PROGRESS_EVERY_SECONDS = 5.0
+
 
 def prune_finished_jobs(
     *,
@@ -21,18 +25,21 @@ def prune_finished_jobs(
     backend: str | None = None,
     batch_size: int = 1000,
     dry_run: bool = False,
+    report: Callable[[str], None] | None = None,
 ) -> dict[str, int]:
     """Delete jobs of each given finished status completed before its cutoff; counts per status.
 
     Each batch is its own short transaction, so a prune never holds one huge
     DELETE's locks; rows are locked with SKIP LOCKED, so a job being retried at
     that moment is skipped, not deleted under the retry. Queued and running
-    jobs are never candidates.
+    jobs are never candidates. ``report`` gets a line of running totals every
+    PROGRESS_EVERY_SECONDS.
     """
     unknown = set(finished_before) - TERMINAL
     if unknown:
         raise ValueError(f"only finished jobs are pruned, not {', '.join(sorted(unknown))}")
     counts = {}
+    started = last_report = time.monotonic()
     for status, cutoff in finished_before.items():
         candidates = Job.objects.filter(status=status, completed_at__lt=cutoff)
         if queues:
@@ -54,6 +61,10 @@ def prune_finished_jobs(
                     # Logs and outbox rows go with their job (ORM cascade, same transaction).
                     Job.objects.filter(id__in=ids).delete()
             counts[status] += len(ids)
+            if report is not None and time.monotonic() - last_report >= PROGRESS_EVERY_SECONDS:
+                last_report = time.monotonic()
+                so_far = " ".join(f"{name}={count}" for name, count in counts.items())
+                report(f"prune progress after {last_report - started:.0f}s: deleted {so_far}")
             if len(ids) < batch_size:
                 break
     log.info("jobs_pruned", dry_run=dry_run, **counts)

@@ -147,7 +147,8 @@ class Relay:
             time.sleep(min(self.poll_seconds, 1.0))
 
     def run(self, *, once: bool = False) -> None:
-        """Relay until stopped; ``once`` drains the outbox one time and returns."""
+        """Relay until stopped, riding out store outages; ``once`` drains the outbox one time
+        and returns, or raises the store error that stopped it."""
         guard = OutageGuard("relay")
         log.info("relay_started", batch_size=self.batch_size, poll_seconds=self.poll_seconds)
         while not self.stopping:
@@ -160,6 +161,8 @@ class Relay:
             except guard.errors as exc:
                 if isinstance(exc, DatabaseError):
                     connection.close()
+                if once:
+                    raise  # a single drain was asked for: its caller reports the failure
                 guard.failed(exc)
                 continue
             if once:

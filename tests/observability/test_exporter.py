@@ -65,3 +65,19 @@ def test_a_bad_port_is_refused_naming_the_option(argument):
         text=True,
     )
     assert done.returncode != 0 and "--metrics-port" in done.stderr
+
+
+@pytest.mark.parametrize("command", [("runworker",), ("reconcile_queue", "--loop")])
+def test_a_port_in_use_is_refused_naming_the_option(command):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        process = manage(*command, f"--metrics-port={port}", stderr=subprocess.PIPE, text=True)
+        try:
+            _, stderr = process.communicate(timeout=60)
+        finally:
+            kill_group(process)
+    assert process.returncode == 1
+    assert f"CommandError: --metrics-port {port}: Address already in use" in stderr
+    assert "Traceback" not in stderr

@@ -1,4 +1,5 @@
-"""``runrelay --once`` / ``--batch-size`` and ``reconcile_queue --batch-size`` as real commands."""
+"""``runrelay --once`` / ``--batch-size``, ``reconcile_queue --batch-size`` and ``runworker
+--queues`` as real commands."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from django.db import connection
 from queue_app import broker
 from queue_app.models import OutboxMessage
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
-from tests.helpers import child_env, manage, ready_ids
+from tests.helpers import child_env, kill_group, manage, ready_ids
+from tests.reconciler.proxy import free_port
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
@@ -53,6 +55,9 @@ def test_relay_once_with_nothing_to_send_exits_at_once():
         ("--batch-size=-5", "--batch-size must be at least 1"),
         ("--poll=0", "--poll must be greater than 0"),
         ("--poll=-1", "--poll must be greater than 0"),
+        ("--poll=nan", "--poll must be greater than 0 and at most 315360000, not nan"),
+        ("--poll=inf", "--poll must be greater than 0 and at most 315360000, not inf"),
+        ("--poll=1e300", "--poll must be greater than 0 and at most 315360000, not 1e+300"),
     ],
 )
 def test_relay_rejects_a_bad_option_naming_it(option, message):
@@ -61,6 +66,26 @@ def test_relay_rejects_a_bad_option_naming_it(option, message):
     assert done.returncode == 1
     assert f"CommandError: {message}" in done.stderr and "Traceback" not in done.stderr
     assert OutboxMessage.objects.filter(dispatched_at__isnull=True).count() == 1
+
+
+def test_relay_once_with_redis_down_exits_with_the_error_instead_of_waiting():
+    enqueue_jobs([JobRequest(type="demo.echo") for _ in range(3)])
+    relay = manage(
+        "runrelay",
+        "--once",
+        env=child_env(REDIS_URL=f"redis://127.0.0.1:{free_port()}/6"),  # nothing listens there
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        stdout, stderr = relay.communicate(timeout=60)
+    finally:
+        kill_group(relay)
+    assert relay.returncode == 1
+    assert "CommandError: relay failed, a store is unreachable: ConnectionError" in stderr
+    assert "Traceback" not in stderr and "relay stopped" not in stdout
+    assert OutboxMessage.objects.filter(dispatched_at__isnull=True).count() == 3
 
 
 class Monitor:
@@ -110,7 +135,34 @@ def test_reconcile_batch_size_pages_the_jobs_and_still_repairs_everything(redis_
     assert [len(lookup) - 2 for lookup in lookups] == [4, 4, 2]
 
 
+@pytest.mark.parametrize("interval", ["nan", "inf", "1e300"])
+def test_reconcile_loop_rejects_an_interval_that_is_not_a_finite_number_of_seconds(interval):
+    done = run("reconcile_queue", "--loop", f"--interval={interval}")
+    assert done.returncode == 1
+    assert "CommandError: --interval must be greater than 0 and at most 315360000" in done.stderr
+    assert "Traceback" not in done.stderr and "reconcile:" not in done.stdout
+
+
 def test_reconcile_rejects_a_batch_size_below_one():
     done = run("reconcile_queue", "--batch-size=0")
     assert done.returncode == 1
     assert "CommandError: --batch-size must be at least 1" in done.stderr
+
+
+@pytest.mark.parametrize("queues", ["", ",", " , "])
+def test_worker_refuses_a_queue_list_naming_no_queue(queues):
+    # Not read as "every queue", nor left to crash the worker processes, restarted forever.
+    worker = manage(
+        "runworker",
+        "--burst",
+        f"--queues={queues}",
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        _, stderr = worker.communicate(timeout=60)
+    finally:
+        kill_group(worker)
+    assert worker.returncode == 1
+    assert "CommandError: --queues: name at least one queue; configured: default" in stderr.decode()

@@ -223,12 +223,22 @@ def test_reconcile_interval_sets_how_often_the_reconciler_repairs_redis(relay_pa
     assert system.terminate() == 0
 
 
+INTERVAL = "--reconcile-interval must be greater than 0 and at most 315360000"
+
+
 @pytest.mark.parametrize(
     ("option", "message"),
     [
         ("--concurrency=0", "--concurrency must be at least 1"),
-        ("--reconcile-interval=0", "--reconcile-interval must be greater than 0"),
-        ("--reconcile-interval=-2", "--reconcile-interval must be greater than 0"),
+        *(
+            (f"--reconcile-interval={value}", f"{INTERVAL}, not {value}")
+            for value in ("0", "-2", "nan", "inf")
+        ),
+        ("--bind=", "--bind: expected HOST:PORT (port 1-65535) or unix:PATH, not ''"),
+        (
+            "--bind=127.0.0.1:notaport",
+            "--bind: expected HOST:PORT (port 1-65535) or unix:PATH, not '127.0.0.1:notaport'",
+        ),
     ],
 )
 def test_a_bad_option_is_refused_before_any_child_starts(systems, option, message):

@@ -13,6 +13,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from queue_app.engine import retention
 from queue_app.models import Job, JobLog, OutboxMessage
 from queue_app.services import enqueue_job
 
@@ -91,15 +92,37 @@ def test_deletes_in_batches():
     assert not any(exists(job) for job in jobs)
 
 
+def test_a_long_prune_prints_its_running_totals(monkeypatch):
+    monkeypatch.setattr(retention, "PROGRESS_EVERY_SECONDS", 0)  # every batch, not every 5 s
+    for _ in range(5):
+        finished("completed", 30)
+    lines = prune("--status", "completed", "--batch-size", "2").splitlines()
+    assert lines == [
+        "prune progress after 0s: deleted completed=2",
+        "prune progress after 0s: deleted completed=4",
+        "prune progress after 0s: deleted completed=5",
+        "deleted 5 completed job(s)",
+    ]
+
+
 @pytest.mark.parametrize(
     ("args", "field"),
     [
         (("--status", "queued"), "--status"),
-        (("--queue", "nope"), "--queue"),
-        (("--min-age-days", "-1"), "--min-age-days"),
+        (("--queue", "nope"), "--queue: unknown queue"),
+        (("--queue", " , "), "--queue: name at least one queue"),
+        (("--queue", ""), "--queue: name at least one queue"),
+        (("--min-age-days", "-1"), "--min-age-days must be from 0 to 36500 days, not -1"),
+        (("--min-age-days", "nan"), "--min-age-days must be from 0 to 36500 days, not nan"),
+        (("--min-age-days", "inf"), "--min-age-days must be from 0 to 36500 days, not inf"),
+        (("--min-age-days", "1000000"), "--min-age-days must be from 0 to 36500 days, not 1e\\+06"),
+        (("--failed-min-age-days", "nan"), "--failed-min-age-days must be from 0 to 36500 days, not nan"),
         (("--batch-size", "0"), "--batch-size"),
+        (("--backend", "nope"), "--backend: unknown backend 'nope'; configured: default"),
     ],
 )
 def test_bad_arguments_name_the_option(args, field):
+    job = finished("completed", 30)
     with pytest.raises(CommandError, match=field):
-        prune(*args)
+        prune("--min-age-days", "1", *args)
+    assert exists(job)

@@ -2,14 +2,16 @@
 
 from datetime import timedelta
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from queue_app.conf import queue_settings
 from queue_app.engine.retention import prune_finished_jobs
+from queue_app.management.options import queue_names
 from queue_app.states import Status
 
 FINISHED = [Status.COMPLETED, Status.FAILED, Status.CANCELLED]
+MAX_AGE_DAYS = 36500  # a hundred years
 
 
 class Command(BaseCommand):
@@ -48,17 +50,21 @@ class Command(BaseCommand):
         if wrong or not statuses:
             given = ", ".join(wrong) or "none given"
             raise CommandError(f"--status: {given}; choose from {', '.join(FINISHED)}")
-        queues = [q.strip() for q in options["queue"].split(",") if q.strip()] if options["queue"] else None
-        unknown = [q for q in queues or [] if q not in queue_settings().QUEUES]
-        if unknown:
-            raise CommandError(f"--queue: unknown queue(s) {', '.join(unknown)}")
+        queues = None if options["queue"] is None else queue_names("--queue", options["queue"])
         min_age = options["min_age_days"]
         failed_age = options["failed_min_age_days"]
         failed_age = min_age if failed_age is None else failed_age
-        if min_age < 0 or failed_age < 0:
-            raise CommandError("--min-age-days and --failed-min-age-days must not be negative")
+        for option, days in (("--min-age-days", min_age), ("--failed-min-age-days", failed_age)):
+            # NaN fails every comparison; a larger age would reach before year 1 (OverflowError).
+            if not 0 <= days <= MAX_AGE_DAYS:
+                raise CommandError(f"{option} must be from 0 to {MAX_AGE_DAYS} days, not {days:g}")
         if options["batch_size"] < 1:
             raise CommandError("--batch-size must be at least 1")
+        # A mistyped alias matches no job: the run would report success having deleted nothing.
+        if options["backend"] is not None and options["backend"] not in settings.TASKS:
+            raise CommandError(
+                f"--backend: unknown backend {options['backend']!r}; configured: {', '.join(settings.TASKS)}"
+            )
         now = timezone.now()
         ages = {Status.COMPLETED: min_age, Status.FAILED: failed_age, Status.CANCELLED: failed_age}
         counts = prune_finished_jobs(
@@ -67,7 +73,12 @@ class Command(BaseCommand):
             backend=options["backend"],
             batch_size=options["batch_size"],
             dry_run=options["dry_run"],
+            report=self._report,
         )
         verb = "would delete" if options["dry_run"] else "deleted"
         for status, count in counts.items():
             self.stdout.write(f"{verb} {count} {status} job(s)")
+
+    def _report(self, line: str) -> None:
+        self.stdout.write(line)
+        self.stdout.flush()  # seen as it happens, also when stdout is a file or a pipe

@@ -4,6 +4,7 @@ import signal
 
 from django.core.management.base import BaseCommand, CommandError
 
+from queue_app.management.options import seconds
 from queue_app.observability.exporter import serve_metrics
 from queue_app.runtime.outages import STORE_ERRORS
 from queue_app.runtime.reconciler import Reconciler
@@ -34,8 +35,7 @@ class Command(BaseCommand):
     def handle(
         self, *args, dry_run=False, loop=False, interval=60.0, batch_size=None, metrics_port=None, **options
     ):
-        if interval <= 0:
-            raise CommandError("--interval must be greater than 0")
+        seconds("--interval", interval)
         if batch_size is not None and batch_size < 1:
             raise CommandError("--batch-size must be at least 1")
         if metrics_port is not None and not (loop and 0 < metrics_port < 65536):
@@ -48,7 +48,10 @@ class Command(BaseCommand):
                 raise CommandError(f"reconcile failed, a store is unreachable: {type(exc).__name__}: {exc}")
             return
         if metrics_port is not None:
-            serve_metrics(metrics_port)
+            try:
+                serve_metrics(metrics_port)
+            except OSError as exc:  # e.g. the port is in use
+                raise CommandError(f"--metrics-port {metrics_port}: {exc.strerror}") from None
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: reconciler.stop())
         reconciler.run_forever(interval)

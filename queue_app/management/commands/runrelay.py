@@ -4,6 +4,8 @@ import signal
 
 from django.core.management.base import BaseCommand, CommandError
 
+from queue_app.management.options import seconds
+from queue_app.runtime.outages import STORE_ERRORS
 from queue_app.runtime.relay import Relay
 
 
@@ -19,8 +21,8 @@ class Command(BaseCommand):
         # Checked here: the relay reads 0 as "use the setting" and fails on a negative value.
         if batch_size is not None and batch_size < 1:
             raise CommandError("--batch-size must be at least 1")
-        if poll is not None and poll <= 0:
-            raise CommandError("--poll must be greater than 0")
+        if poll is not None:
+            seconds("--poll", poll)
         relay = Relay(batch_size=batch_size, poll_seconds=poll)
 
         def stop(signum, frame):
@@ -28,5 +30,8 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
-        relay.run(once=once)
+        try:
+            relay.run(once=once)
+        except STORE_ERRORS as exc:  # only with --once; otherwise the relay waits for the store
+            raise CommandError(f"relay failed, a store is unreachable: {type(exc).__name__}: {exc}") from None
         self.stdout.write(f"relay stopped: {relay.dispatched_total} outbox rows dispatched")

@@ -13,6 +13,8 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from rest_framework.authtoken.models import Token
 
+from queue_app.management.commands.runweb import check_bind
+from queue_app.management.options import seconds
 from queue_app.observability.multiproc import prepare_directory, remove_directory
 
 RESTART_DELAY_SECONDS = 2.0
@@ -25,7 +27,9 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--bind", default="127.0.0.1:8000", help="address:port of the web server")
+        parser.add_argument(
+            "--bind", default="127.0.0.1:8000", help="HOST:PORT or unix:PATH of the web server"
+        )
         parser.add_argument("--concurrency", type=int, default=2, help="worker processes (default 2)")
         parser.add_argument(
             "--reconcile-interval", type=float, default=30.0, help="seconds between reconciles"
@@ -36,10 +40,10 @@ class Command(BaseCommand):
 
     def handle(self, *args, bind, concurrency, reconcile_interval, no_admin_user, **options):
         # Checked before anything starts: a child refusing its option would be restarted forever.
+        check_bind(bind)
         if concurrency < 1:
             raise CommandError("--concurrency must be at least 1")
-        if reconcile_interval <= 0:
-            raise CommandError("--reconcile-interval must be greater than 0")
+        seconds("--reconcile-interval", reconcile_interval)
         manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
         commands = {
             "web": [*manage, "runweb", f"--bind={bind}"],

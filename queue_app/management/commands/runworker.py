@@ -3,6 +3,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from queue_app.conf import queue_settings
+from queue_app.management.options import queue_names
 from queue_app.observability.exporter import serve_metrics
 from queue_app.runtime.supervisor import Supervisor, default_name
 from queue_app.runtime.worker_name import WorkerNameInUse
@@ -60,13 +61,7 @@ class Command(BaseCommand):
         max_jobs=None,
         **options,
     ):
-        configured = queue_settings().QUEUES
-        selected = [q.strip() for q in queues.split(",") if q.strip()] if queues else list(configured)
-        unknown = [q for q in selected if q not in configured]
-        if unknown:
-            raise CommandError(
-                f"--queues: unknown queue(s) {', '.join(unknown)}; configured: {', '.join(configured)}"
-            )
+        selected = list(queue_settings().QUEUES) if queues is None else queue_names("--queues", queues)
         if concurrency < 1:
             raise CommandError("--concurrency must be at least 1")
         if slots is not None and slots < 1:
@@ -78,7 +73,10 @@ class Command(BaseCommand):
         if metrics_port is not None:
             if not 0 < metrics_port < 65536:
                 raise CommandError("--metrics-port must be between 1 and 65535")
-            serve_metrics(metrics_port)
+            try:
+                serve_metrics(metrics_port)
+            except OSError as exc:  # e.g. the port is in use
+                raise CommandError(f"--metrics-port {metrics_port}: {exc.strerror}") from None
         supervisor = Supervisor(
             name=name or default_name(),
             queues=selected,
