@@ -57,6 +57,40 @@ def test_every_interval_ticks_are_multiples_of_the_interval_since_the_epoch():
 
 
 @pytest.mark.parametrize(
+    "cron",
+    [
+        "R * * * *",  # croniter's random value: each scheduler process would pick its own ticks
+        "0 R * * *",
+        "5-1 * * * *",  # croniter wraps a falling range round to the whole field
+        "0 3 * * fri-mon",
+        "5-5 * * * *",  # and a one-value range too
+        "5/10 * * * *",  # Vixie cron steps only * or a range
+        "0 0 L * *",  # croniter extensions
+        "0 0 * * 5#3",
+    ],
+)
+def test_only_plain_cron_is_accepted(cron):
+    with pytest.raises(ScheduleError, match=r"'broken': 'cron'"):
+        Schedule(name="broken", type="demo.echo", cron=cron)
+
+
+def test_day_of_month_and_day_of_week_combine_as_in_vixie_cron():
+    def ticks(cron: str) -> list[str]:
+        schedule, tick, days = Schedule(name="days", type="demo.echo", cron=cron), at(2025, 6, 25), []
+        for _ in range(4):
+            tick = schedule.next_tick(tick)
+            days.append(tick.strftime("%a %d"))
+        return days
+
+    # Both restricted: a day matching either runs (the 1st, and every Monday).
+    assert ticks("0 0 1 * MON") == ["Mon 30", "Tue 01", "Mon 07", "Mon 14"]
+    # One starts with "*": a day must match both (Mondays that fall on an odd date).
+    assert ticks("0 0 */2 * MON") == ["Mon 07", "Mon 21", "Mon 11", "Mon 25"]
+    odd_mondays = Schedule(name="days", type="demo.echo", cron="0 0 */2 * MON")
+    assert odd_mondays.latest_tick(at(2025, 7, 20)) == at(2025, 7, 7)
+
+
+@pytest.mark.parametrize(
     ("options", "message"),
     [
         ({"cron": "* * * * * *"}, "'cron'"),  # 6 fields: seconds are not standard cron
@@ -121,5 +155,7 @@ def test_a_schedule_on_an_unknown_queue_is_a_check_error(settings):
 
 def test_a_valid_schedule_passes_the_checks(settings):
     nightly = {"type": "demo.echo", "cron": "@daily", "timezone": "Asia/Tokyo"}
-    settings.JOBQUEUE = {"SCHEDULES": {"ok": nightly}}
+    crons = ["@midnight", "@annually", "0 3 ? * *", "*/15 0-6/2 1,15 * sun", "0 0 * jan,JUL Mon-Fri"]
+    others = {f"ok-{n}": {"type": "demo.echo", "cron": cron} for n, cron in enumerate(crons)}
+    settings.JOBQUEUE = {"SCHEDULES": {"ok": nightly, **others}}
     call_command("check")
