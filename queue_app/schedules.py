@@ -30,6 +30,9 @@ EVERY_PREFIX = "@every"
 _INTERVAL_PART = re.compile(r"(\d+)([smhd])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# Long enough for any periodic job, short enough that no tick falls past the year 9999.
+MAX_INTERVAL = timedelta(days=365)
+_CHECK_TICKS_AT = datetime(2000, 1, 1, tzinfo=UTC)
 _SCHEDULE_KEYS = {"type", "cron", "timezone", "payload", "queue", "priority"}
 _CRON_ALIASES = ("@hourly", "@daily", "@midnight", "@weekly", "@monthly", "@yearly", "@annually")
 _MONTHS = "jan feb mar apr may jun jul aug sep oct nov dec".split()
@@ -54,6 +57,8 @@ def parse_interval(text: str) -> timedelta:
     seconds = sum(int(number) * _UNIT_SECONDS[unit] for number, unit in parts)
     if seconds <= 0:
         raise ValueError("the interval must be at least 1s")
+    if seconds > MAX_INTERVAL.total_seconds():
+        raise ValueError(f"the interval must be at most {MAX_INTERVAL.days}d")
     return timedelta(seconds=seconds)
 
 
@@ -132,8 +137,16 @@ class Schedule:
                     f"{where}: 'cron' {self.cron!r} is not a 5-field cron expression or '@every <interval>'"
                     + (f" ({problem})" if problem else "")
                 )
+        try:
+            # croniter accepts dates no year has ("0 0 30 2 *"), then fails at every tick.
+            self.latest_tick(_CHECK_TICKS_AT)
+            self.next_tick(_CHECK_TICKS_AT)
+        except (ValueError, OverflowError) as exc:  # CroniterBadDateError is a ValueError
+            raise ScheduleError(f"{where}: 'cron' {self.cron!r} has no ticks ({exc})")
         if not isinstance(self.payload, dict):
             raise ScheduleError(f"{where}: 'payload' must be a JSON object")
+        if not isinstance(self.queue, str) or not self.queue:
+            raise ScheduleError(f"{where}: 'queue' must name a queue")
         if self.priority not in Priority.values:
             raise ScheduleError(f"{where}: 'priority' must be one of {', '.join(Priority.values)}")
 

@@ -31,6 +31,11 @@ def test_the_list_shows_every_declared_schedule_even_before_a_scheduler_ran(admi
     assert ScheduleState.objects.get(name="nightly").next_tick_at is not None
 
 
+def test_a_schedule_without_ticks_leaves_the_list_working(admin_client, settings):
+    settings.JOBQUEUE = {"SCHEDULES": {"feb30": {"type": "demo.echo", "cron": "0 0 30 2 *"}}}
+    assert admin_client.get(CHANGELIST).status_code == 200
+
+
 def test_pause_and_resume_actions(admin_client):
     admin_client.get(CHANGELIST)
 

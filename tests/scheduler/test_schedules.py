@@ -100,6 +100,11 @@ def test_day_of_month_and_day_of_week_combine_as_in_vixie_cron():
         ({"cron": "* * * * *", "timezone": "Mars/Olympus"}, "'timezone'"),
         ({"cron": "* * * * *", "priority": "urgent"}, "'priority'"),
         ({"cron": "* * * * *", "payload": [1]}, "'payload'"),
+        # Accepted by croniter and Python, then failing at every tick:
+        ({"cron": "0 0 30 2 *"}, "'cron' '0 0 30 2 \\*' has no ticks"),
+        ({"cron": "@every 3000000d"}, "at most 365d"),
+        ({"cron": "@every 99999999999d"}, "at most 365d"),
+        ({"cron": "* * * * *", "queue": ["default"]}, "'queue'"),
     ],
 )
 def test_a_bad_schedule_names_the_schedule_and_the_field(options, message):
@@ -147,8 +152,9 @@ def test_a_malformed_schedule_is_a_check_error(settings):
         call_command("check")
 
 
-def test_a_schedule_on_an_unknown_queue_is_a_check_error(settings):
-    settings.JOBQUEUE = {"SCHEDULES": {"q": {"type": "demo.echo", "cron": "@every 1m", "queue": "nope"}}}
+@pytest.mark.parametrize("queue", ["nope", ["default"]])
+def test_a_schedule_on_an_unknown_queue_is_a_check_error(settings, queue):
+    settings.JOBQUEUE = {"SCHEDULES": {"q": {"type": "demo.echo", "cron": "@every 1m", "queue": queue}}}
     with pytest.raises(SystemCheckError, match=r"queue_app\.E002.*'q'.*'queue'"):
         call_command("check")
 
