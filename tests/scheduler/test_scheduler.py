@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from structlog.testing import capture_logs
 
 from queue_app.engine.scheduling import enqueue_schedule_tick
 from queue_app.models import Job, JobLog, OutboxMessage, ScheduleState
@@ -79,3 +80,17 @@ def test_a_paused_schedule_passes_over_its_ticks_and_resumes_without_catching_up
     ScheduleState.objects.filter(name="hourly").update(paused=False)
     Scheduler([HOURLY]).run_once()
     assert jobs_of(HOURLY) == []
+
+
+def test_a_schedule_that_fails_is_logged_and_the_others_still_run():
+    broken = Schedule(name="broken", type="demo.echo", cron="0 3 * * *")
+    object.__setattr__(broken, "cron", "0 0 30 2 *")  # no tick at all: croniter raises
+    Scheduler([broken, HOURLY]).run_once()
+    now = database_now()
+    ScheduleState.objects.filter(name="hourly").update(created_at=now - timedelta(hours=1))
+    with capture_logs() as logs:
+        next_tick = Scheduler([broken, HOURLY]).run_once()
+    assert len(jobs_of(HOURLY)) == 1
+    assert next_tick == HOURLY.next_tick(now)
+    (failed,) = [entry for entry in logs if entry["event"] == "schedule_failed"]
+    assert failed["schedule"] == "broken" and "CroniterBadDateError" in failed["error"]
