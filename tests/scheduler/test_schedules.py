@@ -159,6 +159,25 @@ def test_a_schedule_on_an_unknown_queue_is_a_check_error(settings, queue):
         call_command("check")
 
 
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ({"when": datetime(2026, 1, 1)}, "datetime is not JSON"),
+        ({"x": float("nan")}, "NaN"),
+        ({"x": "a" * 300_000}, "larger than 262144 bytes"),
+        ({"x": [[[[[1]]]]]}, "nested deeper than 4 levels"),
+    ],
+)
+def test_a_payload_enqueue_would_refuse_is_a_check_error(settings, payload, message):
+    settings.JOBQUEUE = {
+        "MAX_PAYLOAD_BYTES": 262144,
+        "MAX_PAYLOAD_DEPTH": 4,
+        "SCHEDULES": {"p": {"type": "demo.echo", "cron": "@every 1m", "payload": payload}},
+    }
+    with pytest.raises(SystemCheckError, match=rf"queue_app\.E002.*'p': 'payload': {message}"):
+        call_command("check")
+
+
 def test_a_valid_schedule_passes_the_checks(settings):
     nightly = {"type": "demo.echo", "cron": "@daily", "timezone": "Asia/Tokyo"}
     crons = ["@midnight", "@annually", "0 3 ? * *", "*/15 0-6/2 1,15 * sun", "0 0 * jan,JUL Mon-Fri"]
