@@ -14,7 +14,8 @@ from datetime import datetime
 
 import structlog
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import DateTimeField, Q, QuerySet, Value
+from django.db.models.functions import Greatest
 
 from queue_app.engine.enqueue import enqueue_job
 from queue_app.models import Job, ScheduleState
@@ -63,3 +64,21 @@ def pass_over_paused_tick(schedule: Schedule, tick: datetime, *, next_tick: date
     if passed:
         log.info("schedule_tick_paused", schedule=schedule.name, tick=tick.isoformat())
     return passed
+
+
+def resume_schedules(states: QuerySet[ScheduleState], declared: dict[str, Schedule], *, now: datetime) -> int:
+    """Unpause; the ticks up to ``now`` count as handled, so none that fell while paused runs late.
+
+    A scheduler passes over a paused schedule's ticks, but only if one ran
+    while it was paused; this covers the ticks none saw. Returns how many resumed.
+    """
+    resumed = 0
+    for state in states.filter(paused=True):
+        changes: dict = {"paused": False}
+        schedule = declared.get(state.name)
+        if schedule is not None:
+            tick = Value(schedule.latest_tick(now), output_field=DateTimeField())
+            # GREATEST skips a NULL last_tick_at; it never moves the handled point back.
+            changes.update(last_tick_at=Greatest("last_tick_at", tick), next_tick_at=schedule.next_tick(now))
+        resumed += ScheduleState.objects.filter(name=state.name, paused=True).update(**changes)
+    return resumed
