@@ -160,6 +160,14 @@ class Schedule:
             return parse_interval(self.cron.removeprefix(EVERY_PREFIX))
         return None
 
+    @property
+    def definition(self) -> str:
+        """What places the ticks: when it changes, the ticks handled so far say nothing about the new ones."""
+        interval = self.interval
+        if interval is not None:
+            return f"{EVERY_PREFIX} {int(interval.total_seconds())}s"
+        return f"{' '.join(self.cron.lower().split())} {self.timezone}"
+
     def next_tick(self, after: datetime) -> datetime:
         """The first tick strictly after ``after`` (aware), in UTC."""
         interval = self.interval

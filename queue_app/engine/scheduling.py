@@ -27,9 +27,35 @@ log = structlog.get_logger("queue_app.scheduler")
 def ensure_schedule_states(schedules: list[Schedule], *, now: datetime) -> None:
     """A state row for each schedule; a new one starts at ``now`` (its earlier ticks never run)."""
     ScheduleState.objects.bulk_create(
-        [ScheduleState(name=s.name, next_tick_at=s.next_tick(now)) for s in schedules],
+        [
+            ScheduleState(name=s.name, next_tick_at=s.next_tick(now), definition=s.definition)
+            for s in schedules
+        ],
         ignore_conflicts=True,
     )
+
+
+def redefine_schedule(schedule: Schedule, previous: str, *, tick: datetime, next_tick: datetime) -> bool:
+    """Record the schedule's new definition; True when its ticks changed (not for a row that had none).
+
+    The new definition's ticks up to ``tick`` (the latest at or before now) count
+    as handled: one that fell before the change, such as 09:00 for a schedule moved
+    from 03:00 to 09:00 at 10:00, is not run late as if it had been missed.
+    """
+    changes: dict = {"definition": schedule.definition}
+    if previous:
+        handled = Value(tick, output_field=DateTimeField())
+        changes.update(last_tick_at=Greatest("last_tick_at", handled), next_tick_at=next_tick)
+    changed = ScheduleState.objects.filter(name=schedule.name, definition=previous).update(**changes)
+    if changed and previous:
+        log.warning(
+            "schedule_redefined",
+            schedule=schedule.name,
+            previous=previous,
+            definition=schedule.definition,
+            handled_until=tick.isoformat(),
+        )
+    return bool(changed and previous)
 
 
 def _advance(schedule: Schedule, tick: datetime, next_tick: datetime, *, paused: bool) -> bool:

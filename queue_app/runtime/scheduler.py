@@ -9,7 +9,8 @@ Missed ticks (every scheduler was down): once one runs again, each schedule
 whose ticks were missed runs **once**, for the latest missed tick; older
 missed ticks are skipped (Celery beat and cron do the same). A new schedule
 starts with its first tick after it was first seen; a paused schedule's ticks
-are passed over, so resuming it does not run it late.
+are passed over, so resuming it does not run it late. A schedule whose
+definition (cron, interval, time zone) changed starts afresh from now.
 """
 
 from __future__ import annotations
@@ -20,7 +21,12 @@ import structlog
 from django.db import DatabaseError, connection
 
 from queue_app.conf import queue_settings
-from queue_app.engine.scheduling import enqueue_schedule_tick, ensure_schedule_states, pass_over_paused_tick
+from queue_app.engine.scheduling import (
+    enqueue_schedule_tick,
+    ensure_schedule_states,
+    pass_over_paused_tick,
+    redefine_schedule,
+)
 from queue_app.exceptions import QueueError
 from queue_app.models import ScheduleState
 from queue_app.runtime.outages import STORE_ERRORS, OutageGuard
@@ -72,6 +78,9 @@ class Scheduler:
             ensure_schedule_states([schedule], now=now)  # its earlier ticks never run
             return next_tick
         tick = schedule.latest_tick(now)
+        if state.definition != schedule.definition:
+            if redefine_schedule(schedule, state.definition, tick=tick, next_tick=next_tick):
+                return next_tick
         handled_until = state.last_tick_at or state.created_at
         if tick <= handled_until:
             return next_tick

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from structlog.testing import capture_logs
@@ -15,6 +15,25 @@ from queue_app.schedules import Schedule
 pytestmark = pytest.mark.django_db
 
 HOURLY = Schedule(name="hourly", type="demo.echo", cron="@every 1h", payload={"from": "schedule"})
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """The schedulers' database clock, set by the test: ``clock.at = datetime(...)``."""
+
+    class Clock:
+        at: datetime
+
+    fake = Clock()
+    monkeypatch.setattr("queue_app.runtime.scheduler.database_now", lambda: fake.at)
+    return fake
+
+
+def first_seen(schedule: Schedule, clock, at: datetime) -> None:
+    """The schedule's state row, as a scheduler running at ``at`` makes it."""
+    clock.at = at
+    Scheduler([schedule]).run_once()
+    ScheduleState.objects.filter(name=schedule.name).update(created_at=at)
 
 
 def jobs_of(schedule: Schedule) -> list[Job]:
@@ -94,3 +113,32 @@ def test_a_schedule_that_fails_is_logged_and_the_others_still_run():
     assert next_tick == HOURLY.next_tick(now)
     (failed,) = [entry for entry in logs if entry["event"] == "schedule_failed"]
     assert failed["schedule"] == "broken" and "CroniterBadDateError" in failed["error"]
+
+
+def test_a_changed_cron_starts_afresh_without_running_its_latest_tick_late(clock):
+    at_three = Schedule(name="daily", type="demo.echo", cron="0 3 * * *")
+    first_seen(at_three, clock, datetime(2025, 1, 1, tzinfo=UTC))
+    clock.at = datetime(2025, 1, 1, 3, 0, 1, tzinfo=UTC)
+    Scheduler([at_three]).run_once()
+    # Moved to 09:00 in a release deployed at 10:00: today's 09:00 was never due.
+    at_nine = Schedule(name="daily", type="demo.echo", cron="0 9 * * *")
+    clock.at = datetime(2025, 1, 1, 10, tzinfo=UTC)
+    with capture_logs() as logs:
+        Scheduler([at_nine]).run_once()
+    assert [entry["event"] for entry in logs] == ["schedule_redefined"]
+    clock.at = datetime(2025, 1, 2, 9, 0, 1, tzinfo=UTC)
+    Scheduler([at_nine]).run_once()
+    assert sorted(job.idempotency_key for job in jobs_of(at_nine)) == [
+        "schedule:daily:2025-01-01T03:00:00+00:00",
+        "schedule:daily:2025-01-02T09:00:00+00:00",
+    ]
+
+
+def test_a_row_from_before_definitions_keeps_its_missed_tick(clock):
+    first_seen(HOURLY, clock, datetime(2025, 1, 1, tzinfo=UTC))
+    ScheduleState.objects.filter(name="hourly").update(definition="")
+    clock.at = datetime(2025, 1, 1, 5, 30, tzinfo=UTC)  # the schedulers were down for the upgrade
+    Scheduler([HOURLY]).run_once()
+    (job,) = jobs_of(HOURLY)
+    assert job.idempotency_key == HOURLY.idempotency_key(datetime(2025, 1, 1, 5, tzinfo=UTC))
+    assert ScheduleState.objects.get(name="hourly").definition == "@every 3600s"
