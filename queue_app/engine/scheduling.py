@@ -10,7 +10,7 @@ of a tick.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import structlog
 from django.db import transaction
@@ -108,3 +108,24 @@ def resume_schedules(states: QuerySet[ScheduleState], declared: dict[str, Schedu
             changes.update(last_tick_at=Greatest("last_tick_at", tick), next_tick_at=schedule.next_tick(now))
         resumed += ScheduleState.objects.filter(name=state.name, paused=True).update(**changes)
     return resumed
+
+
+def rewind_schedule(schedule: Schedule, state: ScheduleState, *, tick: datetime) -> datetime:
+    """Move a handled point the clock has gone back behind to just before ``tick``; returns it.
+
+    Without this, a database clock that ran ahead and was corrected left every
+    real tick up to the time it had reached skipped, silently.
+    """
+    handled_until = state.last_tick_at or state.created_at
+    before = schedule.latest_tick(tick - timedelta(microseconds=1))
+    # last_tick_at=None filters on IS NULL: only the first scheduler here rewinds and logs.
+    if ScheduleState.objects.filter(name=schedule.name, last_tick_at=state.last_tick_at).update(
+        last_tick_at=before
+    ):
+        log.error(
+            "schedule_clock_went_back",
+            schedule=schedule.name,
+            handled_until=handled_until.isoformat(),
+            rewound_to=before.isoformat(),
+        )
+    return before

@@ -26,6 +26,7 @@ from queue_app.engine.scheduling import (
     ensure_schedule_states,
     pass_over_paused_tick,
     redefine_schedule,
+    rewind_schedule,
 )
 from queue_app.exceptions import QueueError
 from queue_app.models import ScheduleState
@@ -36,6 +37,8 @@ from queue_app.schedules import Schedule, all_schedules
 log = structlog.get_logger("queue_app.scheduler")
 
 MIN_SLEEP_SECONDS = 0.01
+# A schedule handled further ahead of the database clock than this saw the clock go back.
+CLOCK_STEP_TOLERANCE = timedelta(minutes=1)
 
 
 def database_now() -> datetime:
@@ -82,6 +85,8 @@ class Scheduler:
             if redefine_schedule(schedule, state.definition, tick=tick, next_tick=next_tick):
                 return next_tick
         handled_until = state.last_tick_at or state.created_at
+        if handled_until > now + CLOCK_STEP_TOLERANCE:
+            handled_until = rewind_schedule(schedule, state, tick=tick)
         if tick <= handled_until:
             return next_tick
         if state.paused:

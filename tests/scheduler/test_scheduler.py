@@ -142,3 +142,26 @@ def test_a_row_from_before_definitions_keeps_its_missed_tick(clock):
     (job,) = jobs_of(HOURLY)
     assert job.idempotency_key == HOURLY.idempotency_key(datetime(2025, 1, 1, 5, tzinfo=UTC))
     assert ScheduleState.objects.get(name="hourly").definition == "@every 3600s"
+
+
+def test_ticks_run_on_after_the_database_clock_ran_ahead_and_was_corrected(clock):
+    every_ten = Schedule(name="ten", type="demo.echo", cron="*/10 * * * *")
+    first_seen(every_ten, clock, datetime(2025, 1, 1, tzinfo=UTC))
+    for now in (datetime(2025, 1, 1, 0, 10, 1, tzinfo=UTC), datetime(2025, 1, 2, 0, 0, 1, tzinfo=UTC)):
+        clock.at = now  # the second one a day ahead
+        Scheduler([every_ten]).run_once()
+    with capture_logs() as logs:
+        for minute in (20, 30):
+            clock.at = datetime(2025, 1, 1, 0, minute, 1, tzinfo=UTC)
+            Scheduler([every_ten]).run_once()
+    assert sorted(job.idempotency_key.removeprefix("schedule:ten:") for job in jobs_of(every_ten)) == [
+        "2025-01-01T00:10:00+00:00",
+        "2025-01-01T00:20:00+00:00",
+        "2025-01-01T00:30:00+00:00",
+        "2025-01-02T00:00:00+00:00",
+    ]
+    assert [entry["event"] for entry in logs if entry["log_level"] == "error"] == ["schedule_clock_went_back"]
+    # Its early job is the job of that tick when the clock reaches it (the same idempotency key).
+    clock.at = datetime(2025, 1, 2, 0, 0, 1, tzinfo=UTC)
+    Scheduler([every_ten]).run_once()
+    assert len(jobs_of(every_ten)) == 4
