@@ -27,11 +27,14 @@ def test_cron_ticks_fall_in_the_schedule_time_zone():
     assert nightly.next_tick(at(2026, 7, 10, 12)) == at(2026, 7, 11, 1)
 
 
-def test_a_cron_tick_that_falls_in_the_spring_gap_runs_at_the_first_time_after_it():
+def test_a_cron_tick_that_falls_in_the_spring_gap_runs_at_the_first_time_after_it_if_its_hour_is_set():
     # 02:30 does not exist in Paris on 2026-03-29 (clocks go from 02:00 to 03:00);
     # croniter runs it at 03:00 local, as Vixie cron does.
     early = Schedule(name="early", type="demo.echo", cron="30 2 * * *", timezone="Europe/Paris")
     assert early.next_tick(at(2026, 3, 29, 0, 0, tz=PARIS)) == at(2026, 3, 29, 3, 0, tz=PARIS)
+    # With "*" for the hour, the skipped hour has no tick (the README says so).
+    hourly = Schedule(name="hourly", type="demo.echo", cron="30 * * * *", timezone="Europe/Paris")
+    assert hourly.next_tick(at(2026, 3, 29, 1, 30, tz=PARIS)) == at(2026, 3, 29, 3, 30, tz=PARIS)
 
 
 def test_a_cron_tick_in_the_repeated_autumn_hour_runs_at_both_instants():
