@@ -17,12 +17,15 @@ def check_jobqueue_settings(app_configs, **kwargs):
 
 @checks.register()
 def check_schedules(app_configs, **kwargs):
-    """Every schedule parses, names a registered handler and a configured queue."""
+    """Every schedule parses, names a registered handler and a configured queue, and has a valid payload."""
+    from queue_app.exceptions import QueueError
     from queue_app.handlers import registered_types
+    from queue_app.payloads import checked_json_text
     from queue_app.schedules import ScheduleError, all_schedules
 
     try:
-        queues = conf.queue_settings().QUEUES
+        settings = conf.queue_settings()
+        queues = settings.QUEUES
     except conf.SettingError:
         return []  # queue_app.E001 names the bad key; schedules are checked once it is fixed
     try:
@@ -46,5 +49,17 @@ def check_schedules(app_configs, **kwargs):
                     f"schedule {schedule.name!r}: 'queue' {schedule.queue!r} is not in JOBQUEUE['QUEUES']",
                     id="queue_app.E002",
                 )
+            )
+        try:
+            # The check enqueue runs: a payload it refuses would fail at every tick.
+            checked_json_text(
+                schedule.payload,
+                field="payload",
+                max_bytes=settings.MAX_PAYLOAD_BYTES,
+                max_depth=settings.MAX_PAYLOAD_DEPTH,
+            )
+        except QueueError as exc:
+            errors.append(
+                checks.Error(f"schedule {schedule.name!r}: 'payload': {exc.message}", id="queue_app.E002")
             )
     return errors

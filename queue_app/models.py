@@ -181,7 +181,9 @@ class ScheduleState(models.Model):
 
     ``last_tick_at`` is the tick last handled (enqueued, or passed over while
     paused); moving it forward with a conditional UPDATE is how exactly one
-    scheduler wins each tick.
+    scheduler wins each tick. ``definition`` is what placed those ticks (see
+    ``Schedule.definition``): when the declared one differs, the old ticks say
+    nothing about the new ones, and the schedule starts afresh.
     """
 
     name = models.CharField(max_length=100, primary_key=True)
@@ -191,6 +193,8 @@ class ScheduleState(models.Model):
     last_job = models.ForeignKey(
         Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
     )
+    # Empty for a row written before definitions were stored: it takes the declared one.
+    definition = models.TextField(blank=True, default="", db_default="")
     created_at = models.DateTimeField(db_default=Now())
 
     class Meta:

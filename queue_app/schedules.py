@@ -1,8 +1,8 @@
 """Periodic jobs: what a schedule is, how its ticks fall, and where schedules are declared.
 
 A schedule enqueues one job of a registered type at each tick of a standard
-5-field cron expression (``"0 3 * * *"``, read by croniter, plus its
-``@daily``-style aliases) in a time zone, or of an interval
+5-field cron expression (``"0 3 * * *"``, read by croniter with Vixie cron's
+day rule, plus the ``@daily``-style aliases) in a time zone, or of an interval
 (``"@every 30s"``; units s, m, h, d, combinable as ``"@every 1h30m"``).
 Interval ticks are whole multiples of the interval since the Unix epoch, so
 every scheduler process, on any host, computes the same ticks.
@@ -30,7 +30,18 @@ EVERY_PREFIX = "@every"
 _INTERVAL_PART = re.compile(r"(\d+)([smhd])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# Long enough for any periodic job, short enough that no tick falls past the year 9999.
+MAX_INTERVAL = timedelta(days=365)
+_CHECK_TICKS_AT = datetime(2000, 1, 1, tzinfo=UTC)
 _SCHEDULE_KEYS = {"type", "cron", "timezone", "payload", "queue", "priority"}
+_CRON_ALIASES = ("@hourly", "@daily", "@midnight", "@weekly", "@monthly", "@yearly", "@annually")
+_MONTHS = "jan feb mar apr may jun jul aug sep oct nov dec".split()
+_WEEKDAYS = "sun mon tue wed thu fri sat".split()
+_CRON_NAMES = {
+    3: {name: n for n, name in enumerate(_MONTHS, 1)},
+    4: {name: n for n, name in enumerate(_WEEKDAYS)},
+}
+_CRON_ITEM = re.compile(r"(\*|[0-9a-z]+)(?:-([0-9a-z]+))?(?:/([0-9]+))?")
 
 
 class ScheduleError(ValueError):
@@ -46,7 +57,48 @@ def parse_interval(text: str) -> timedelta:
     seconds = sum(int(number) * _UNIT_SECONDS[unit] for number, unit in parts)
     if seconds <= 0:
         raise ValueError("the interval must be at least 1s")
+    if seconds > MAX_INTERVAL.total_seconds():
+        raise ValueError(f"the interval must be at most {MAX_INTERVAL.days}d")
     return timedelta(seconds=seconds)
+
+
+def _cron_value(field: int, text: str) -> int | None:
+    return int(text) if text.isdigit() else _CRON_NAMES.get(field, {}).get(text)
+
+
+def _cron_problem(cron: str) -> str | None:
+    """Why ``cron`` is not plain 5-field cron, or None (croniter checks the value ranges).
+
+    croniter reads more than cron, and some of it would break the one-job-per-tick
+    promise: ``R`` and ``H`` pick values that differ in each scheduler process,
+    and ``5-1`` or ``5-5`` wrap round to span the whole field. Only numbers,
+    month and day names, ``*``, ``?``, lists, rising ranges and steps of ``*``
+    or of a range pass (as in Vixie cron); ``L``, ``W`` and ``#`` do not.
+    """
+    lowered = cron.strip().lower()
+    if lowered.startswith("@"):
+        return None if lowered in _CRON_ALIASES else f"the aliases are {', '.join(_CRON_ALIASES)}"
+    fields = lowered.split()
+    if len(fields) != 5:
+        return "it needs 5 fields: minute hour day-of-month month day-of-week"
+    for index, text in enumerate(fields):
+        if text == "?" and index in (2, 4):
+            continue
+        for item in text.split(","):
+            match = _CRON_ITEM.fullmatch(item)
+            if match is None:
+                return f"{item!r} is not a number, name, *, range or step"
+            start, end, step = match.groups()
+            if start == "*" and end is None:
+                continue
+            values = [_cron_value(index, part) for part in (start, end) if part is not None]
+            if None in values:
+                return f"{item!r} is not a number, name, *, range or step"
+            if end is None and step is not None:
+                return f"{item!r}: a step goes after * or a range"
+            if end is not None and values[0] >= values[1]:
+                return f"{item!r}: a range must go up"
+    return None
 
 
 @dataclass(frozen=True)
@@ -78,14 +130,23 @@ class Schedule:
                 parse_interval(self.cron.removeprefix(EVERY_PREFIX))
             except ValueError as exc:
                 raise ScheduleError(f"{where}: 'cron': {exc}")
-        elif not (
-            croniter.is_valid(self.cron) and (self.cron.startswith("@") or len(self.cron.split()) == 5)
-        ):
-            raise ScheduleError(
-                f"{where}: 'cron' {self.cron!r} is not a 5-field cron expression or '@every <interval>'"
-            )
+        else:
+            problem = _cron_problem(self.cron)
+            if problem or not croniter.is_valid(self.cron):
+                raise ScheduleError(
+                    f"{where}: 'cron' {self.cron!r} is not a 5-field cron expression or '@every <interval>'"
+                    + (f" ({problem})" if problem else "")
+                )
+        try:
+            # croniter accepts dates no year has ("0 0 30 2 *"), then fails at every tick.
+            self.latest_tick(_CHECK_TICKS_AT)
+            self.next_tick(_CHECK_TICKS_AT)
+        except (ValueError, OverflowError) as exc:  # CroniterBadDateError is a ValueError
+            raise ScheduleError(f"{where}: 'cron' {self.cron!r} has no ticks ({exc})")
         if not isinstance(self.payload, dict):
             raise ScheduleError(f"{where}: 'payload' must be a JSON object")
+        if not isinstance(self.queue, str) or not self.queue:
+            raise ScheduleError(f"{where}: 'queue' must name a queue")
         if self.priority not in Priority.values:
             raise ScheduleError(f"{where}: 'priority' must be one of {', '.join(Priority.values)}")
 
@@ -99,22 +160,35 @@ class Schedule:
             return parse_interval(self.cron.removeprefix(EVERY_PREFIX))
         return None
 
+    @property
+    def definition(self) -> str:
+        """What places the ticks: when it changes, the ticks handled so far say nothing about the new ones."""
+        interval = self.interval
+        if interval is not None:
+            return f"{EVERY_PREFIX} {int(interval.total_seconds())}s"
+        return f"{' '.join(self.cron.lower().split())} {self.timezone}"
+
     def next_tick(self, after: datetime) -> datetime:
         """The first tick strictly after ``after`` (aware), in UTC."""
         interval = self.interval
         if interval is not None:
             elapsed = (after - _EPOCH) // interval
             return _EPOCH + (elapsed + 1) * interval
-        return croniter(self.cron, after.astimezone(self.zone)).get_next(datetime).astimezone(UTC)
+        return self._croniter(after).get_next(datetime).astimezone(UTC)
 
     def latest_tick(self, at: datetime) -> datetime:
         """The last tick at or before ``at`` (aware), in UTC."""
         interval = self.interval
         if interval is not None:
             return _EPOCH + ((at - _EPOCH) // interval) * interval
-        previous = croniter(self.cron, at.astimezone(self.zone)).get_prev(datetime).astimezone(UTC)
+        previous = self._croniter(at).get_prev(datetime).astimezone(UTC)
         following = self.next_tick(previous)
         return following if following <= at else previous
+
+    def _croniter(self, at: datetime) -> croniter:
+        # Vixie cron's day rule: when day-of-month or day-of-week starts with "*",
+        # a day must match both ("0 0 */2 * MON": odd-numbered Mondays), else either.
+        return croniter(self.cron, at.astimezone(self.zone), implement_cron_bug=True)
 
     def idempotency_key(self, tick: datetime) -> str:
         """One job per schedule and tick, whichever scheduler enqueues it."""

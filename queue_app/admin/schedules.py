@@ -14,8 +14,9 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from queue_app.admin.changelist import GuardedChangeList
-from queue_app.engine.scheduling import ensure_schedule_states
+from queue_app.engine.scheduling import ensure_schedule_states, resume_schedules
 from queue_app.models import ScheduleState
+from queue_app.runtime.scheduler import database_now
 from queue_app.schedules import Schedule, ScheduleError, all_schedules
 
 
@@ -90,5 +91,5 @@ class ScheduleStateAdmin(admin.ModelAdmin):
 
     @admin.action(description="Resume selected schedules", permissions=["change"])
     def resume_selected(self, request: HttpRequest, queryset: QuerySet[ScheduleState]) -> None:
-        changed = queryset.filter(paused=True).update(paused=False)
+        changed = resume_schedules(queryset, declared_schedules(), now=database_now())
         self.message_user(request, f"{changed} schedule(s) resumed.", messages.SUCCESS)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.urls import reverse
 
-from queue_app.models import ScheduleState
+from queue_app.models import Job, ScheduleState
+from queue_app.runtime.scheduler import Scheduler, database_now
+from queue_app.schedules import all_schedules
 
 pytestmark = pytest.mark.django_db
 
@@ -31,6 +35,11 @@ def test_the_list_shows_every_declared_schedule_even_before_a_scheduler_ran(admi
     assert ScheduleState.objects.get(name="nightly").next_tick_at is not None
 
 
+def test_a_schedule_without_ticks_leaves_the_list_working(admin_client, settings):
+    settings.JOBQUEUE = {"SCHEDULES": {"feb30": {"type": "demo.echo", "cron": "0 0 30 2 *"}}}
+    assert admin_client.get(CHANGELIST).status_code == 200
+
+
 def test_pause_and_resume_actions(admin_client):
     admin_client.get(CHANGELIST)
 
@@ -45,6 +54,23 @@ def test_pause_and_resume_actions(admin_client):
     assert not ScheduleState.objects.get(name="pulse").paused
     assert act("resume_selected") == ["1 schedule(s) resumed."]
     assert not ScheduleState.objects.get(name="nightly").paused
+
+
+def test_resuming_does_not_run_a_tick_that_fell_while_paused(admin_client):
+    admin_client.get(CHANGELIST)
+    (nightly,) = [schedule for schedule in all_schedules() if schedule.name == "nightly"]
+
+    def act(action):
+        admin_client.post(CHANGELIST, {"action": action, "_selected_action": ["nightly"], "index": "0"})
+
+    act("pause_selected")
+    # A day passes with no scheduler running, so none passed over the paused tick.
+    latest = nightly.latest_tick(database_now())
+    ScheduleState.objects.filter(name="nightly").update(last_tick_at=latest - timedelta(days=1))
+    act("resume_selected")
+    Scheduler([nightly]).run_once()
+    assert not Job.objects.filter(idempotency_key__startswith="schedule:nightly:").exists()
+    assert ScheduleState.objects.get(name="nightly").last_tick_at == latest
 
 
 def test_a_user_without_change_permission_cannot_pause(client, django_user_model):
