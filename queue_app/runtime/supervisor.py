@@ -72,10 +72,16 @@ class Child:
 
 
 def _die_with_parent() -> None:
-    """Ask Linux to SIGTERM this child when the supervisor dies (even by SIGKILL)."""
+    """Ask Linux to SIGKILL this child when the supervisor dies (even by SIGKILL).
+
+    Not SIGTERM, which would let it finish its job: once the supervisor is gone, its
+    name is free, and a worker restarted under it settles the jobs the name holds (this
+    child's running one too) and runs them again beside it. Killed, the child's jobs are
+    settled by that restart, or rescued by the reconciler when their leases expire.
+    """
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):
         pass  # elsewhere the worker notices the new parent pid on its next round
 

@@ -10,6 +10,7 @@ from django.db import connection
 from queue_app.models import Job, JobLog
 from queue_app.services import enqueue_job
 from tests.helpers import Events, child_env, kill_group, manage, ready_score, relay_all, wait_until
+from tests.probe.models import Execution
 from tests.reconciler.proxy import postgres_proxy, postgres_via, redis_proxy, redis_via
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.redis]
@@ -145,3 +146,34 @@ def test_worker_restarted_with_the_same_name_settles_its_old_job_at_once(childre
     job.refresh_from_db()
     assert job.status in ("queued", "processing") and job.attempts in (1, 2)
     assert "previous process died" in job.last_error
+
+
+def test_a_worker_process_dies_with_its_supervisor_so_a_restart_never_overlaps_it(children):
+    """The supervisor alone is killed. Its worker process, left to finish its job, ran on
+    beside the restarted worker of the same name, which settles the name's jobs at once and
+    ran that job again: twice at the same time."""
+    job = enqueue_job("probe.run", {"sleep": 4})
+    relay_all()
+    first = manage("runworker", "--name=steady", stderr=subprocess.DEVNULL)
+    children.append(first)
+    wait_until(lambda: Execution.objects.filter(job_id=job.id).exists(), message="job to start")
+    orphan = Execution.objects.get(job_id=job.id).pid
+    os.kill(first.pid, signal.SIGKILL)  # the supervisor only
+    first.wait()
+    relay = manage("runrelay", stderr=subprocess.DEVNULL)
+    second = manage("runworker", "--name=steady", stderr=subprocess.DEVNULL)
+    children.extend([relay, second])
+    wait_until(lambda: not _alive(orphan), timeout=5, message="the worker process to die with its supervisor")
+    wait_until(lambda: Job.objects.get(id=job.id).status == "completed", timeout=30, message="the rerun")
+    runs = list(Execution.objects.filter(job_id=job.id).order_by("attempt"))
+    assert [run.attempt for run in runs] == [1, 2]
+    assert runs[0].finished_at is None  # killed with its supervisor, not finished beside the rerun
+
+
+def _alive(pid: int) -> bool:
+    """Whether the process runs (a zombie no one has reaped yet does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
