@@ -1,10 +1,15 @@
 """The relay: copies outbox rows to Redis, at least once.
 
-A batch of undispatched rows is locked with ``FOR UPDATE SKIP LOCKED`` (so
-several relays share the work), applied to Redis in one pipeline, then
-marked dispatched in the same transaction. A crash after the Redis push and
-before the commit leaves the rows undispatched: the next relay re-sends them,
-and the worker's compare-and-set claim absorbs the duplicates.
+A batch of undispatched rows is locked with ``FOR UPDATE SKIP LOCKED``,
+applied to Redis in one pipeline, then marked dispatched in the same
+transaction. Several relays can run (one takes over when another dies), but
+they take turns, one batch at a time under a transaction-level advisory lock:
+batches applied at once could reach Redis out of outbox order, which puts a
+strict-FIFO queue out of order and can apply a job's removal after the enqueue
+that followed it (a cancel, then a retry), leaving the job in no structure. A
+crash after the Redis push and before the commit leaves the rows undispatched:
+the next relay re-sends them, and the worker's compare-and-set claim absorbs
+the duplicates.
 
 Ready jobs on priority queues skip the relay on the common path: the
 process that enqueued them pushes them right after its commit
@@ -38,6 +43,8 @@ from queue_app.states import Status
 log = structlog.get_logger("queue_app.relay")
 
 PRUNE_EVERY_SECONDS = 60.0
+# The first key of the relays' turn-taking lock ("outbox").
+DISPATCH_LOCK_CLASS = 0x6F757462
 PRUNE_CHUNK = 5000
 
 
@@ -63,6 +70,8 @@ class Relay:
         """Dispatch one batch; returns how many rows it sent."""
         fifo_queues = queue_settings().QUEUES
         with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute(sql.query("lock_dispatch"), {"lock_class": DISPATCH_LOCK_CLASS})
             rows = list(
                 OutboxMessage.objects.select_for_update(skip_locked=True)
                 .filter(dispatched_at__isnull=True)

@@ -2,13 +2,14 @@
 
 import subprocess
 import threading
+import time
 
 import psycopg
 import pytest
 from django.db import connection
 from django.db.models.functions import Now
 
-from queue_app import broker
+from queue_app import broker, services
 from queue_app.models import OutboxMessage
 from queue_app.runtime.relay import Relay
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
@@ -62,6 +63,60 @@ def test_two_relays_share_the_outbox_without_sending_a_row_twice(redis_client, m
     assert sum(sent) == 2000  # SKIP LOCKED: no row was locked by both
     assert not OutboxMessage.objects.filter(dispatched_at__isnull=True).exists()
     assert redis_client.zcard(broker.priority_key("default")) == 2000
+
+
+def _two_relays_one_slow(monkeypatch, batch_size: int) -> None:
+    """Relay A applies its first batch slowly; relay B starts meanwhile. Both drain."""
+    original = broker.apply
+    applying, first = threading.Event(), [True]
+
+    def slow_first_apply(client, intents):
+        intents = list(intents)
+        if first and first.pop():
+            applying.set()
+            time.sleep(1)
+        original(client, intents)
+
+    monkeypatch.setattr(broker, "apply", slow_first_apply)
+
+    def drain():
+        try:
+            Relay(batch_size=batch_size).drain()
+        finally:
+            connection.close()
+
+    relay_a = threading.Thread(target=drain)
+    relay_a.start()
+    assert applying.wait(10)
+    relay_b = threading.Thread(target=drain)
+    relay_b.start()
+    relay_a.join()
+    relay_b.join()
+
+
+def test_two_relays_keep_a_fifo_queue_in_enqueue_order(queue_config, redis_client, monkeypatch):
+    queue_config(QUEUES="default,bulk:fifo")
+    ids = [str(enqueue_job("demo.echo", queue="bulk").id) for _ in range(6)]
+
+    _two_relays_one_slow(monkeypatch, batch_size=3)
+
+    # Without turns, the second relay pushed jobs 4-6 while the first still held 1-3.
+    assert redis_client.lrange(broker.fifo_key("bulk"), 0, -1) == ids
+
+
+def test_two_relays_apply_a_cancel_and_the_retry_after_it_in_that_order(
+    queue_config, redis_client, monkeypatch
+):
+    queue_config(QUEUES="default,bulk:fifo")  # a FIFO list removes by id
+    job = enqueue_job("demo.echo", queue="bulk")
+    Relay().drain()
+    services.cancel_job(job.id)  # an outbox row removing it from Redis
+    services.retry_job(job.id)  # then one adding it back
+
+    _two_relays_one_slow(monkeypatch, batch_size=1)
+
+    # Applied the other way round, the removal took the queued job out of every structure.
+    assert str(job.id) in redis_client.lrange(broker.fifo_key("bulk"), 0, -1)
 
 
 def test_a_relay_skips_rows_another_transaction_holds_instead_of_waiting(redis_client):

@@ -6,6 +6,12 @@
 -- Delivered only when the surrounding transaction commits.
 SELECT pg_notify('jobqueue_outbox', '')
 
+-- name: lock_dispatch
+-- Held by a relay for its batch's transaction: relays take turns, so batches reach
+-- Redis in outbox order (two relays applying theirs at once could put a FIFO queue's
+-- jobs out of order, or apply a job's removal after the enqueue that followed it).
+SELECT pg_advisory_xact_lock(%(lock_class)s, 0)
+
 -- name: listen_outbox
 LISTEN jobqueue_outbox
 
