@@ -1,5 +1,6 @@
 """Stop signals that reach a worker process while it is still starting."""
 
+import contextlib
 import json
 import os
 import signal
@@ -27,7 +28,10 @@ from queue_app.runtime import worker
 built = worker.Worker.__init__
 
 def slow_init(self, *args, **kwargs):
-    print('{"event": "test_worker_building"}', file=sys.stderr, flush=True)
+    # One write: print() writes the line and its newline apart, and another process's
+    # line written in between ran the two together.
+    sys.stderr.write('{"event": "test_worker_building"}\\n')
+    sys.stderr.flush()
     time.sleep(1.5)
     built(self, *args, **kwargs)
 
@@ -44,7 +48,8 @@ def _events(process: subprocess.Popen) -> list[dict]:
     def read() -> None:
         for line in process.stderr:
             if line.startswith("{"):
-                events.append(json.loads(line))
+                with contextlib.suppress(json.JSONDecodeError):  # a traceback's line, say
+                    events.append(json.loads(line))
 
     threading.Thread(target=read, daemon=True).start()
     return events
