@@ -122,10 +122,16 @@ def wake(client: redis.Redis, queue: str) -> None:
 
 
 def _remove_ready(pipe, intent: Intent) -> None:
-    """Take the id out of the ready structures: by its member in the sorted set
-    (which the intent names: removal is exact, with no scan), by value in the list."""
+    """Take the id out of the priority set, by its member (which the intent names:
+    removal is exact, with no scan).
+
+    A FIFO list is left alone: LREM walks the whole list (tens of ms per id on a
+    million ids, with Redis blocked for every client). A ``schedule`` is a retry of
+    a popped job, so its id is not in the list; a cancelled job's id stays there
+    until a pop meets it (the claim drops an id whose job is not queued) or the
+    reconciler prunes it.
+    """
     pipe.zrem(priority_key(intent.queue), intent.member or intent.job_id)
-    pipe.lrem(fifo_key(intent.queue), 0, intent.job_id)
 
 
 # How long a popped id may wait for its claim to commit and be acknowledged

@@ -176,12 +176,26 @@ def test_keys_share_a_cluster_hash_tag():
     assert keys == ["queue:{mail}:priority", "queue:{mail}:fifo", "queue:{mail}:retry"]
 
 
-def test_remove_takes_an_id_out_of_every_structure(redis_client):
+def test_remove_takes_an_id_out_of_the_sorted_sets(redis_client):
     member = broker.ready_member("x", datetime(2026, 1, 1, tzinfo=UTC))
-    broker.apply(redis_client, [broker.Intent("enqueue", "x", "q", True, None)])
     broker.apply(redis_client, [broker.Intent("enqueue", "x", "q", False, 5.0, member)])
+    broker.apply(redis_client, [broker.Intent("schedule", "y", "q", False, 9.0)])
     broker.apply(redis_client, [broker.Intent("remove", "x", "q", False, None, member)])
+    broker.apply(redis_client, [broker.Intent("remove", "y", "q", False, None)])
     assert redis_client.keys() == [broker.wake_key("q")]  # only the wake token is left
+
+
+def test_schedule_and_remove_never_walk_a_fifo_list(redis_client):
+    """LREM is O(list length): on a long list each cancel or retry would block Redis.
+    A scheduled (retried) id was popped, so it is not in the list; a removed one stays,
+    for the claim to drop and the reconciler to prune."""
+    broker.apply(redis_client, [broker.Intent("enqueue", job_id, "q", True, None) for job_id in "xyz"])
+    broker.apply(
+        redis_client,
+        [broker.Intent("schedule", "x", "q", True, 9.0), broker.Intent("remove", "y", "q", True, None)],
+    )
+    assert redis_client.lrange(broker.fifo_key("q"), 0, -1) == ["x", "y", "z"]
+    assert redis_client.zrange(broker.retry_key("q"), 0, -1) == ["x"]
 
 
 def test_wait_for_work_blocks_then_returns_nothing(redis_client):
