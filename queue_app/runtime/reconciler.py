@@ -11,8 +11,9 @@ Redis can always be rebuilt from PostgreSQL. One run, in this order:
    longer queued, or belongs elsewhere are removed (before restoring, so the
    scan does not walk the ids this run is about to add);
 3. restore: queued jobs in no Redis structure are re-added: due ones to the
-   ready structure (priority score, or FIFO position in enqueue order),
-   waiting ones to the retry set.
+   ready structure (priority score, or the head of the FIFO list in enqueue
+   order, ahead of the jobs pushed since they went missing), waiting ones to
+   the retry set.
 
 It writes Redis directly through ``broker`` (a repair, not an intent, so
 no outbox row) and works in batches: keyset pages of queued jobs, pipelined
