@@ -182,6 +182,36 @@ def test_jobs_of_an_unconfigured_queue_are_counted_and_left(redis_client, queue_
     assert redis_client.dbsize() == 0
 
 
+def test_an_unconfigured_queue_logs_one_warning_per_pass_and_a_few_of_its_jobs(
+    redis_client, queue_config, monkeypatch
+):
+    """A queue dropped from QUEUES with jobs left: every pass meets them all again, so one
+    line per job at warning would flood the log; one warning per queue gives the count."""
+    from structlog.testing import capture_logs
+
+    from queue_app.runtime import reconciler
+
+    monkeypatch.setattr(reconciler, "CHANGES_LOGGED_PER_ACTION", 5)
+    enqueue(8, queue="bulk")
+    mark_relayed()
+    queue_config(QUEUES={"default": False})
+
+    for _ in range(2):
+        with capture_logs() as logs:
+            report = Reconciler(batch_size=3).run_once()
+
+        assert report.counts["skipped_unknown_queue"] == 8
+        warnings = [
+            (e["event"], e.get("queue"), e.get("queued_jobs")) for e in logs if e["log_level"] == "warning"
+        ]
+        assert warnings == [("reconcile_unknown_queue", "bulk", 8)]
+        # The first few per pass at info, then one line saying the rest go to debug.
+        per_job = [e["log_level"] for e in logs if e["event"] == "reconcile_skipped_unknown_queue"]
+        assert per_job == ["info"] * 5
+        limited = [e["action"] for e in logs if e["event"] == "reconcile_detail_limited"]
+        assert limited == ["skipped_unknown_queue"]
+
+
 def test_summary_line_has_every_count():
     enqueue(2)
     mark_relayed()
