@@ -135,7 +135,7 @@ class OutboxMessage(models.Model):
     class Action(models.TextChoices):
         ENQUEUE = "enqueue"  # add to the ready structure (score = -priority, member below)
         SCHEDULE = "schedule"  # add to the retry set (score = due epoch seconds)
-        REMOVE = "remove"  # take out of every structure of the queue
+        REMOVE = "remove"  # take out of the priority and retry sets (a FIFO list keeps it)
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="outbox_messages")
     action = models.CharField(max_length=10, choices=Action.choices)

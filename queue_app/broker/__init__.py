@@ -8,7 +8,8 @@ Per queue, with a hash tag so one queue's keys share a Redis Cluster slot:
     queue:{name}:fifo             list of ready ids (queues configured as strict FIFO)
     queue:{name}:retry            sorted set of waiting ids; score = due epoch seconds
     queue:{name}:inflight         sorted set of popped, not yet acknowledged ids;
-                                  score = the epoch second they go back to ready
+                                  score = the epoch second they go back to ready (FIFO
+                                  ids a µs apart, rising in pop order)
     queue:{name}:inflight:places  hash: popped id -> "<score> <member>" (to put it back in place)
     queue:{name}:wake             list of at most one token: pushed when ids arrive, so an
                                   idle worker blocks on it (BLPOP) instead of polling
@@ -38,6 +39,7 @@ from queue_app.broker.keys import (
     priority_key,
     ready_key,
     reconcile_members_key,
+    reconcile_restored_key,
     reconcile_staging_key,
     retry_key,
     wake_key,
@@ -114,6 +116,7 @@ __all__ = [
     "ready_member",
     "ready_score",
     "reconcile_members_key",
+    "reconcile_restored_key",
     "reconcile_staging_key",
     "release_staged",
     "reserve",

@@ -51,3 +51,8 @@ def reconcile_members_key(queue: str, token: str) -> str:
 def reconcile_staging_key(queue: str, token: str) -> str:
     """A run's sorted set of FIFO ids to restore, ordered by enqueue time."""
     return _queue_key(queue, f"reconcile:{token}:staging")
+
+
+def reconcile_restored_key(queue: str, token: str) -> str:
+    """A run's list of FIFO ids to restore, in enqueue order, put in front of the queue's list at once."""
+    return _queue_key(queue, f"reconcile:{token}:restored")

@@ -122,10 +122,16 @@ def wake(client: redis.Redis, queue: str) -> None:
 
 
 def _remove_ready(pipe, intent: Intent) -> None:
-    """Take the id out of the ready structures: by its member in the sorted set
-    (which the intent names: removal is exact, with no scan), by value in the list."""
+    """Take the id out of the priority set, by its member (which the intent names:
+    removal is exact, with no scan).
+
+    A FIFO list is left alone: LREM walks the whole list (tens of ms per id on a
+    million ids, with Redis blocked for every client). A ``schedule`` is a retry of
+    a popped job, so its id is not in the list; a cancelled job's id stays there
+    until a pop meets it (the claim drops an id whose job is not queued) or the
+    reconciler prunes it.
+    """
     pipe.zrem(priority_key(intent.queue), intent.member or intent.job_id)
-    pipe.lrem(fifo_key(intent.queue), 0, intent.job_id)
 
 
 # How long a popped id may wait for its claim to commit and be acknowledged
@@ -137,8 +143,10 @@ INFLIGHT_SECONDS = 5.0
 # committed: their acknowledgement rides on the next pop). Then moves up to ARGV[1]
 # ready ids into the in-flight set, due back at Redis TIME + ARGV[2] seconds. A
 # priority member "<µs>:<id>" pops as its id (the text after the last colon), and its
-# score and member are kept so a sweep can put it back in place. Passes the wake
-# token on when ids remain, so another idle worker starts.
+# score and member are kept so a sweep can put it back in place. FIFO ids get rising
+# scores, above every id already in flight: equal scores would sort by id, and a sweep
+# would put them back in id order, not in line. Passes the wake token on when ids
+# remain, so another idle worker starts.
 _RESERVE = """
 if #ARGV > 3 then
   local acked = {}
@@ -149,8 +157,11 @@ end
 local t = redis.call('TIME')
 local deadline = tonumber(t[1]) + tonumber(t[2]) / 1000000 + tonumber(ARGV[2])
 local ids, inflight, places = {}, {}, {}
+local step = 0.000001 -- above float64's resolution at epoch seconds until 2106
 if ARGV[3] == '1' then
   ids = redis.call('LPOP', KEYS[1], tonumber(ARGV[1])) or {}
+  local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+  if #last > 0 then deadline = math.max(deadline, tonumber(last[2]) + step) end
 else
   local popped = redis.call('ZPOPMIN', KEYS[1], tonumber(ARGV[1]))
   for i = 1, #popped, 2 do
@@ -161,8 +172,8 @@ else
   end
 end
 if #ids == 0 then return ids end
-for _, id in ipairs(ids) do
-  table.insert(inflight, deadline)
+for i, id in ipairs(ids) do
+  table.insert(inflight, deadline + (i - 1) * step)
   table.insert(inflight, id)
 end
 redis.call('ZADD', KEYS[2], unpack(inflight))
@@ -289,15 +300,17 @@ def wait_for_work(client: redis.Redis, queues: Sequence[str], timeout: float) ->
 
 # Puts in-flight ids whose deadline passed back where they were popped from. Only
 # ids this call removed from the in-flight set move, so two sweepers never both do.
+# The last popped go first (FIFO ids each to the head of the list), also across
+# calls when more than ARGV[2] expired: the first popped end up first in line.
 _RETURN_EXPIRED = (
     _RETURN_TO_LINE
     + """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+local ids = redis.call('ZREVRANGEBYSCORE', KEYS[2], now, '-inf', 'LIMIT', 0, tonumber(ARGV[2]))
 local moved = 0
-for i = #ids, 1, -1 do
-  moved = moved + return_to_line(ids[i])
+for _, id in ipairs(ids) do
+  moved = moved + return_to_line(id)
 end
 if moved > 0 then
   redis.call('LPUSH', KEYS[4], 1)

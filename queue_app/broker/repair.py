@@ -16,6 +16,7 @@ from queue_app.broker.keys import (
     fifo_key,
     priority_key,
     reconcile_members_key,
+    reconcile_restored_key,
     reconcile_staging_key,
     retry_key,
 )
@@ -141,7 +142,7 @@ def restore(client: redis.Redis, intents: Iterable[Intent], *, staging_token: st
     """Add-only counterpart of ``apply`` for ids known to be missing (no O(N) LREMs).
 
     One ZADD per key. Ready ids of FIFO queues go to the run's staging set
-    instead of the list, so ``release_staged`` can append them in enqueue order.
+    instead of the list, so ``release_staged`` can put them in line in enqueue order.
     """
     by_key: dict[str, dict[str, float]] = {}
     staged: set[str] = set()
@@ -166,27 +167,50 @@ def restore(client: redis.Redis, intents: Iterable[Intent], *, staging_token: st
     pipe.execute()
 
 
-# Moves the lowest-scored chunk of the staging set to the list's tail, atomically.
+# Moves the lowest-scored chunk of the staging set to the tail of the run's restored list.
 _RELEASE_CHUNK = """
 local ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
 if #ids > 0 then
   redis.call('RPUSH', KEYS[2], unpack(ids))
+  redis.call('EXPIRE', KEYS[2], tonumber(ARGV[2]))
   redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #ids - 1)
 end
 return #ids
 """
 
+# Puts the restored list (KEYS[1]) in front of the FIFO list (KEYS[2]) in one step, by
+# moving the shorter one onto the other: O(the shorter), never a walk of a long list.
+_PREPEND = """
+local restored, waiting = redis.call('LLEN', KEYS[1]), redis.call('LLEN', KEYS[2])
+if restored == 0 then return 0 end
+if restored <= waiting then
+  for _ = 1, restored do redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT') end
+else
+  for _ = 1, waiting do redis.call('LMOVE', KEYS[2], KEYS[1], 'LEFT', 'RIGHT') end
+  redis.call('RENAME', KEYS[1], KEYS[2])
+  redis.call('PERSIST', KEYS[2])
+end
+return restored
+"""
+
 
 def release_staged(client: redis.Redis, queue: str, staging_token: str, *, chunk: int = 1000) -> int:
-    """Append a run's staged FIFO ids to the queue's list in enqueue order; returns how many."""
+    """Put a run's staged FIFO ids at the head of the queue's list in enqueue order; returns how many.
+
+    They were enqueued before the ids pushed since they went missing (after a Redis loss,
+    every id in the list), so they go first. Chunks build the run's own list, then one
+    script puts it in front: no pop sees a restored id before an older one is in line.
+    """
     staging = reconcile_staging_key(queue, staging_token)
-    released = 0
-    while True:
-        moved = client.eval(_RELEASE_CHUNK, 2, staging, fifo_key(queue), chunk)
-        released += moved
-        if moved < chunk:
-            return released
+    restored = reconcile_restored_key(queue, staging_token)
+    while client.eval(_RELEASE_CHUNK, 2, staging, restored, chunk, RECONCILE_KEY_TTL_SECONDS) == chunk:
+        pass
+    return client.eval(_PREPEND, 2, restored, fifo_key(queue))
 
 
 def discard_reconcile_keys(client: redis.Redis, queue: str, token: str) -> None:
-    client.delete(reconcile_members_key(queue, token), reconcile_staging_key(queue, token))
+    client.delete(
+        reconcile_members_key(queue, token),
+        reconcile_staging_key(queue, token),
+        reconcile_restored_key(queue, token),
+    )

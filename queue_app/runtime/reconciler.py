@@ -11,8 +11,9 @@ Redis can always be rebuilt from PostgreSQL. One run, in this order:
    longer queued, or belongs elsewhere are removed (before restoring, so the
    scan does not walk the ids this run is about to add);
 3. restore: queued jobs in no Redis structure are re-added: due ones to the
-   ready structure (priority score, or FIFO position in enqueue order),
-   waiting ones to the retry set.
+   ready structure (priority score, or the head of the FIFO list in enqueue
+   order, ahead of the jobs pushed since they went missing), waiting ones to
+   the retry set.
 
 It writes Redis directly through ``broker`` (a repair, not an intent, so
 no outbox row) and works in batches: keyset pages of queued jobs, pipelined
@@ -146,6 +147,8 @@ class Reconciler:
         self._script_chunk = min(self.batch_size, 1000)
         self._stop = StopSignal()
         self._counts: Counter = Counter()
+        # Queued jobs per queue missing from QUEUES, this pass: one warning each at its end.
+        self._unknown_queues: Counter = Counter()
         self._started = self._last_progress = time.monotonic()
 
     def stop(self) -> None:
@@ -161,11 +164,20 @@ class Reconciler:
     def run_once(self) -> RunReport:
         """One full pass; raises the store's error if PostgreSQL or Redis fails mid-way."""
         self._counts = Counter()
+        self._unknown_queues = Counter()
         self._started = self._last_progress = time.monotonic()
         client = broker.get_client()
         self._rescue_expired_leases()
         self._prune_stale_ids(client)
         self._restore_missing(client)
+        for queue, count in sorted(self._unknown_queues.items()):
+            log.warning(
+                "reconcile_unknown_queue",
+                queue=queue,
+                queued_jobs=count,
+                dry_run=self.dry_run,
+                detail="its queued jobs are left alone: configure the queue again, or cancel them",
+            )
         seconds = time.monotonic() - self._started
         result = RunReport(counts=self._counts, dry_run=self.dry_run, seconds=seconds)
         log.info(
@@ -306,7 +318,8 @@ class Reconciler:
         known = [job for job in jobs if job.queue in self.queues]
         for job in jobs:
             if job.queue not in self.queues:
-                self._skip(SKIPPED_UNKNOWN_QUEUE, job_id=job.id, queue=job.queue, level="warning")
+                self._unknown_queues[job.queue] += 1
+                self._skip(SKIPPED_UNKNOWN_QUEUE, job_id=job.id, queue=job.queue, level="info")
         due = [job for job in known if job.due]
         # Popped but not yet claimed counts as present: the in-flight set gives the id
         # back to its ready structure when its deadline passes.
@@ -401,21 +414,25 @@ class Reconciler:
         self.report(f"reconcile progress after {now - self._started:.0f}s: {so_far}")
 
     def _record(self, action: str, **fields) -> None:
-        self._counts[action] += 1
-        count = self._counts[action]
-        if count == CHANGES_LOGGED_PER_ACTION + 1:
-            log.info(
-                "reconcile_detail_limited",
-                action=action,
-                dry_run=self.dry_run,
-                detail="further changes of this kind are logged at debug; the summary counts them",
-            )
-        level = log.info if count <= CHANGES_LOGGED_PER_ACTION else log.debug
-        level(f"reconcile_{action}", dry_run=self.dry_run, **fields)
+        self._count_and_log(action, "info", fields)
         if self.dry_run:
             details = " ".join(f"{name}={value}" for name, value in fields.items() if value is not None)
             self.report(f"would {_WOULD[action]}: {details}")
 
     def _skip(self, action: str, *, level: str = "debug", **fields) -> None:
+        self._count_and_log(action, level, fields)
+
+    def _count_and_log(self, action: str, level: str, fields: dict) -> None:
+        """Count one action; log it at ``level`` if among the first of its kind this pass, else at debug."""
         self._counts[action] += 1
+        count = self._counts[action]
+        if count == CHANGES_LOGGED_PER_ACTION + 1 and level != "debug":
+            log.info(
+                "reconcile_detail_limited",
+                action=action,
+                dry_run=self.dry_run,
+                detail="further actions of this kind are logged at debug; the summary counts them",
+            )
+        if count > CHANGES_LOGGED_PER_ACTION:
+            level = "debug"
         getattr(log, level)(f"reconcile_{action}", dry_run=self.dry_run, **fields)

@@ -233,10 +233,7 @@ class Slots:
             log.warning("job_lease_lost", job_id=job.id, attempt=job.attempt)
             self.worker.held.pop(job.id, None)
             return
-        execution.hand_back_job(
-            job.id, job.fence, worker_id=self.worker.worker_id, reason=slot.cancelled_for or "cancelled"
-        )
-        self.worker.held.pop(job.id, None)
+        self.worker._hand_back(job, slot.cancelled_for or "cancelled")
 
     def _fail(self, job: ClaimedJob, error: str, *, retry: bool, error_class: str) -> None:
         # The handler may have closed or broken this thread's connection.

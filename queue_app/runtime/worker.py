@@ -142,7 +142,9 @@ class Worker:
         # ids): the next pop of the queue does it, or the heartbeat thread after ACK_DELAY_SECONDS.
         self._unacknowledged: dict[str, list[str]] = {}
         self._unacknowledged_since = 0.0
-        self._ack_lock = threading.Lock()
+        # Held while acknowledgements are sent, not only taken: a hand-back waits for them
+        # to land (see acknowledge_now). Reentrant: the senders take the ids under it too.
+        self._ack_lock = threading.RLock()
         self._fault = fault_point_handler()
         self.current: ClaimedJob | None = None
         self.soft_deadline: float | None = None
@@ -356,20 +358,21 @@ class Worker:
         self._next_queue = (start + 1) % len(self.queue_layouts)
         popped: dict[str, list[str]] = {}
         now = time.monotonic()
-        # Should Redis fail here, ids taken and not acknowledged return to ready at their
-        # deadline, as duplicates the claim drops.
-        unacknowledged = self._take_unacknowledged()
-        for queue, fifo in self.queue_layouts[start:] + self.queue_layouts[:start]:
-            if not self._may_pop(queue, now):
-                continue  # paused, or full a moment ago: its ids stay in line
-            ids = broker.reserve(client, queue, fifo, want, acknowledge=unacknowledged.pop(queue, ()))
-            if ids:
-                popped[queue] = ids
-                want -= len(ids)
-                if want <= 0:
-                    break
-        if unacknowledged:
-            broker.acknowledge(client, unacknowledged)
+        with self._ack_lock:
+            # Should Redis fail here, ids taken and not acknowledged return to ready at their
+            # deadline, as duplicates the claim drops.
+            unacknowledged = self._take_unacknowledged()
+            for queue, fifo in self.queue_layouts[start:] + self.queue_layouts[:start]:
+                if not self._may_pop(queue, now):
+                    continue  # paused, or full a moment ago: its ids stay in line
+                ids = broker.reserve(client, queue, fifo, want, acknowledge=unacknowledged.pop(queue, ()))
+                if ids:
+                    popped[queue] = ids
+                    want -= len(ids)
+                    if want <= 0:
+                        break
+            if unacknowledged:
+                broker.acknowledge(client, unacknowledged)
         return popped
 
     def _defer_acknowledgement(self, popped: dict[str, list[str]]) -> None:
@@ -391,8 +394,20 @@ class Worker:
         ACK_DELAY_SECONDS (a long job runs), before a sweep could put them back in line."""
         with self._ack_lock:
             overdue = time.monotonic() - self._unacknowledged_since >= ACK_DELAY_SECONDS
-        if overdue and self._unacknowledged:
-            broker.acknowledge(broker.get_client(), self._take_unacknowledged())
+            if overdue and self._unacknowledged:
+                broker.acknowledge(broker.get_client(), self._take_unacknowledged())
+
+    def acknowledge_now(self) -> None:
+        """Before a hand-back: acknowledge every claimed id still pending. Sent after it, an
+        acknowledgement would remove the in-flight entry of the id's next pop (the relay
+        pushes it back, another worker pops it, and that worker could not put it back if
+        its claim held it back). Should Redis fail, the ids are dropped all the same: their
+        entries go back to ready at their deadline, duplicates the claim drops."""
+        with self._ack_lock:
+            pending = self._take_unacknowledged()
+            if pending:
+                with contextlib.suppress(*broker.REDIS_ERRORS):
+                    broker.acknowledge(broker.get_client(), pending)
 
     def _process(self, client, popped: dict[str, list[str]]) -> None:
         ids = [job_id for queue_ids in popped.values() for job_id in queue_ids]
@@ -733,7 +748,9 @@ class Worker:
 
     def _hand_back(self, job: ClaimedJob, reason: str) -> None:
         """Each hand-back puts a strict-FIFO job at the head of its list, so a batch goes
-        back last first and leaves its jobs there in claim order."""
+        back last first and leaves its jobs there in claim order. Pending acknowledgements
+        go first: once handed back, the id may be popped again."""
+        self.acknowledge_now()
         execution.hand_back_job(job.id, job.fence, worker_id=self.worker_id, reason=reason)
         self.held.pop(job.id, None)
 
@@ -785,9 +802,8 @@ class Worker:
                     pass
             # Slot jobs finish within the grace, else go back with what is still held below.
             self.slots.drain(queue_settings().SHUTDOWN_GRACE_SECONDS)
-        with contextlib.suppress(*guard.errors):
-            # Else they come back at their in-flight deadline, as duplicates the claim drops.
-            broker.acknowledge(broker.get_client(), self._take_unacknowledged())
+        # Before the hand-backs below (see acknowledge_now).
+        self.acknowledge_now()
         for _ in range(20):
             try:
                 self._flush_completions()

@@ -1,6 +1,7 @@
 """Redis layout and exact priority ordering: (priority desc, enqueue time asc), FIFO within one value."""
 
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -176,12 +177,26 @@ def test_keys_share_a_cluster_hash_tag():
     assert keys == ["queue:{mail}:priority", "queue:{mail}:fifo", "queue:{mail}:retry"]
 
 
-def test_remove_takes_an_id_out_of_every_structure(redis_client):
+def test_remove_takes_an_id_out_of_the_sorted_sets(redis_client):
     member = broker.ready_member("x", datetime(2026, 1, 1, tzinfo=UTC))
-    broker.apply(redis_client, [broker.Intent("enqueue", "x", "q", True, None)])
     broker.apply(redis_client, [broker.Intent("enqueue", "x", "q", False, 5.0, member)])
+    broker.apply(redis_client, [broker.Intent("schedule", "y", "q", False, 9.0)])
     broker.apply(redis_client, [broker.Intent("remove", "x", "q", False, None, member)])
+    broker.apply(redis_client, [broker.Intent("remove", "y", "q", False, None)])
     assert redis_client.keys() == [broker.wake_key("q")]  # only the wake token is left
+
+
+def test_schedule_and_remove_never_walk_a_fifo_list(redis_client):
+    """LREM is O(list length): on a long list each cancel or retry would block Redis.
+    A scheduled (retried) id was popped, so it is not in the list; a removed one stays,
+    for the claim to drop and the reconciler to prune."""
+    broker.apply(redis_client, [broker.Intent("enqueue", job_id, "q", True, None) for job_id in "xyz"])
+    broker.apply(
+        redis_client,
+        [broker.Intent("schedule", "x", "q", True, 9.0), broker.Intent("remove", "y", "q", True, None)],
+    )
+    assert redis_client.lrange(broker.fifo_key("q"), 0, -1) == ["x", "y", "z"]
+    assert redis_client.zrange(broker.retry_key("q"), 0, -1) == ["x"]
 
 
 def test_wait_for_work_blocks_then_returns_nothing(redis_client):
@@ -256,3 +271,31 @@ def test_unacknowledged_ids_go_back_in_their_place_after_the_deadline(redis_clie
     assert redis_client.zcard(broker.inflight_key("q")) == 0
     # Back at the front, in the order they were popped.
     assert broker.reserve(redis_client, "q", fifo, 5) == [f"id-{i}" for i in range(5)]
+
+
+@pytest.mark.parametrize("limit", [1000, 1])
+def test_expired_fifo_pops_go_back_in_line_order_not_id_order(redis_client, monkeypatch, limit):
+    """The ids of one pop share its deadline: tied scores would sort them by id, so a
+    retried job (an older, smaller id, promoted to the tail) would jump the line."""
+    monkeypatch.setattr("queue_app.broker.ready.INFLIGHT_SECONDS", 0)
+    line = ["n1", "n2", "a-retried", "n0"]
+    redis_client.rpush(broker.fifo_key("q"), *line)
+    assert broker.reserve(redis_client, "q", True, 3) == line[:3]
+    assert broker.reserve(redis_client, "q", True, 3) == line[3:]  # a second worker; both die
+    while broker.return_expired(redis_client, "q", True, limit=limit):
+        pass
+    assert redis_client.lrange(broker.fifo_key("q"), 0, -1) == line
+
+
+def test_a_later_fifo_pop_sorts_after_every_id_in_flight(redis_client, monkeypatch):
+    """Pops microseconds apart (or with another INFLIGHT_SECONDS) would interleave their
+    deadlines: a later pop's ids score above the earlier ones, so a sweep keeps the line."""
+    line = ["n1", "n2", "n3"]
+    redis_client.rpush(broker.fifo_key("q"), *line)
+    monkeypatch.setattr("queue_app.broker.ready.INFLIGHT_SECONDS", 0.2)
+    assert broker.reserve(redis_client, "q", True, 2) == line[:2]
+    monkeypatch.setattr("queue_app.broker.ready.INFLIGHT_SECONDS", 0)
+    assert broker.reserve(redis_client, "q", True, 2) == line[2:]
+    time.sleep(0.3)
+    assert broker.return_expired(redis_client, "q", True) == 3
+    assert redis_client.lrange(broker.fifo_key("q"), 0, -1) == line

@@ -10,9 +10,9 @@ from django.db import OperationalError, connection
 from queue_app import broker
 from queue_app.engine import execution
 from queue_app.models import Job
-from queue_app.runtime.worker import Worker
+from queue_app.runtime.worker import ACK_DELAY_SECONDS, Worker
 from queue_app.services import enqueue_job
-from tests.helpers import relay_all
+from tests.helpers import ready_ids, relay_all
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
@@ -55,3 +55,36 @@ def test_jobs_a_failed_release_did_not_hand_back_stay_to_run(redis_client):
         claimed[3].id: "queued",
     }
     assert set(worker.held) == {claimed[0].id}
+
+
+@pytest.mark.parametrize("hand_back", ["release", "stop"])
+def test_a_late_acknowledgement_does_not_take_a_handed_back_jobs_next_pop(redis_client, hand_back):
+    """Claimed ids are acknowledged late (the next pop, or the heartbeat after
+    ACK_DELAY_SECONDS). Sent after a hand-back, the acknowledgement would remove the entry of
+    the job's next pop, another worker's: were that claim held back (a rate limit), its
+    put_back would find nothing, and the queued job would be in no Redis structure."""
+    for _ in range(2):
+        enqueue_job("probe.run")
+    relay_all()
+    popped = broker.reserve(redis_client, "default", False, 2)
+    worker = Worker(worker_id="a", queues=["default"])
+    claimed = execution.claim(popped, worker_id="a").jobs
+    worker._defer_acknowledgement({"default": popped})  # as after every claim
+    for job in claimed:
+        worker.held[job.id] = job.fence
+    worker.current, worker.unstarted = claimed[0], claimed[1:]
+    handed_back = claimed[1].id
+
+    if hand_back == "release":
+        worker._claimed_at = time.monotonic() - worker.release_after_seconds - 1
+        worker.release_batch()
+    else:
+        worker._hand_back_unstarted("worker stopping before the job started")
+    relay_all()
+    assert broker.reserve(redis_client, "default", False, 5) == [handed_back]  # worker B
+    worker._unacknowledged_since -= ACK_DELAY_SECONDS
+    worker.acknowledge_overdue()  # worker A's heartbeat
+
+    assert redis_client.zscore(broker.inflight_key("default"), handed_back) is not None
+    assert broker.put_back(redis_client, "default", False, [handed_back]) == 1
+    assert ready_ids(redis_client) == [handed_back]

@@ -9,7 +9,7 @@ from queue_app import broker
 from queue_app.models import Job
 from queue_app.runtime.reconciler import Reconciler
 from queue_app.states import Priority
-from tests.helpers import ready_ids, ready_score
+from tests.helpers import ready_ids, ready_score, relay_all
 from tests.reconciler.support import (
     QUEUES,
     enqueue,
@@ -84,10 +84,10 @@ def test_a_second_run_finds_nothing_to_do(redis_client):
     assert {key: redis_client.dump(key) for key in redis_client.keys("*")} == before
 
 
-def test_partial_loss_restores_only_what_is_missing_and_keeps_fifo_survivors_first(redis_client):
+def test_partial_loss_restores_only_what_is_missing_and_puts_fifo_ones_first(redis_client):
     kept_ready, lost_ready = enqueue(3), enqueue(3)
-    fifo_kept, fifo_lost = enqueue(2, queue="bulk"), enqueue(3, queue="bulk")
-    for offset, job in enumerate(fifo_kept + fifo_lost):
+    fifo_lost, fifo_kept = enqueue(3, queue="bulk"), enqueue(2, queue="bulk")
+    for offset, job in enumerate(fifo_lost + fifo_kept):
         set_fields([job.id], enqueued_at=timezone.now() - timedelta(minutes=10, seconds=-offset))
     mark_relayed()
     for job in kept_ready:
@@ -103,7 +103,28 @@ def test_partial_loss_restores_only_what_is_missing_and_keeps_fifo_survivors_fir
     for job in lost_ready:
         key, member, score = expected_place(job, False)
         assert redis_client.zscore(key, member) == score
-    assert redis_client.lrange(broker.fifo_key("bulk"), 0, -1) == survivors + [str(j.id) for j in fifo_lost]
+    assert redis_client.lrange(broker.fifo_key("bulk"), 0, -1) == [str(j.id) for j in fifo_lost] + survivors
+
+
+@pytest.mark.parametrize("pushed_since", [2, 7])
+def test_fifo_jobs_restored_after_a_redis_loss_go_ahead_of_jobs_pushed_since(redis_client, pushed_since):
+    """Restored in front in enqueue order, whether the restored ids or those pushed since
+    the loss are the fewer (the shorter list is moved onto the other)."""
+    lost = enqueue(5, queue="bulk")
+    for offset, job in enumerate(reversed(lost)):  # enqueue order differs from id order
+        set_fields([job.id], enqueued_at=timezone.now() - timedelta(minutes=10, seconds=-offset))
+    mark_relayed()
+    redis_client.flushdb()  # Redis comes back empty; producers and the relay go on
+    pushed = enqueue(pushed_since, queue="bulk")
+    relay_all()
+
+    report = Reconciler(batch_size=2, grace_seconds=0).run_once()
+
+    assert report.counts["restored_ready"] == 5
+    expected = [str(j.id) for j in reversed(lost)] + [str(j.id) for j in pushed]
+    assert redis_client.lrange(broker.fifo_key("bulk"), 0, -1) == expected
+    assert redis_client.ttl(broker.fifo_key("bulk")) == -1  # the temporary key's expiry did not come along
+    assert not redis_client.keys("*reconcile*")
 
 
 def test_a_due_job_still_in_the_retry_set_counts_as_present(redis_client):
@@ -159,6 +180,36 @@ def test_jobs_of_an_unconfigured_queue_are_counted_and_left(redis_client, queue_
 
     assert report.counts["skipped_unknown_queue"] == 1
     assert redis_client.dbsize() == 0
+
+
+def test_an_unconfigured_queue_logs_one_warning_per_pass_and_a_few_of_its_jobs(
+    redis_client, queue_config, monkeypatch
+):
+    """A queue dropped from QUEUES with jobs left: every pass meets them all again, so one
+    line per job at warning would flood the log; one warning per queue gives the count."""
+    from structlog.testing import capture_logs
+
+    from queue_app.runtime import reconciler
+
+    monkeypatch.setattr(reconciler, "CHANGES_LOGGED_PER_ACTION", 5)
+    enqueue(8, queue="bulk")
+    mark_relayed()
+    queue_config(QUEUES={"default": False})
+
+    for _ in range(2):
+        with capture_logs() as logs:
+            report = Reconciler(batch_size=3).run_once()
+
+        assert report.counts["skipped_unknown_queue"] == 8
+        warnings = [
+            (e["event"], e.get("queue"), e.get("queued_jobs")) for e in logs if e["log_level"] == "warning"
+        ]
+        assert warnings == [("reconcile_unknown_queue", "bulk", 8)]
+        # The first few per pass at info, then one line saying the rest go to debug.
+        per_job = [e["log_level"] for e in logs if e["event"] == "reconcile_skipped_unknown_queue"]
+        assert per_job == ["info"] * 5
+        limited = [e["action"] for e in logs if e["event"] == "reconcile_detail_limited"]
+        assert limited == ["skipped_unknown_queue"]
 
 
 def test_summary_line_has_every_count():
