@@ -118,9 +118,12 @@ class _Checked:
 
 
 def _checked(request: JobRequest, settings: QueueSettings) -> _Checked:
+    if not isinstance(request, JobRequest):
+        raise InvalidJob(f"must be a JobRequest, not {type(request).__name__}")
     spec = get_handler(request.type)
     priority, priority_value = _resolved_priority(request.priority)
-    if request.queue not in settings.QUEUES:
+    # Types first: a list or dict here would raise TypeError (unhashable) instead of naming the field.
+    if not isinstance(request.queue, str) or request.queue not in settings.QUEUES:
         raise InvalidJob(f"must be one of {', '.join(settings.QUEUES)}", field="queue")
     if not isinstance(request.payload, dict):
         raise InvalidJob("must be a JSON object", field="payload")
@@ -140,6 +143,8 @@ def _checked(request: JobRequest, settings: QueueSettings) -> _Checked:
     ):
         raise InvalidJob(f"must be an integer between 1 and {MAX_ATTEMPTS_LIMIT}", field="max_attempts")
     if request.run_at is not None:
+        if not isinstance(request.run_at, datetime):
+            raise InvalidJob("must be a datetime", field="run_at")
         if timezone.is_naive(request.run_at):
             raise InvalidJob("must include a UTC offset", field="run_at")
         check_run_at(request.run_at)

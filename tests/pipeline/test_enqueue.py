@@ -1,7 +1,7 @@
 """Transactional enqueue: the job, its first log row and its outbox row commit together."""
 
 import threading
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 from django.db import connection, transaction
@@ -117,6 +117,12 @@ def test_key_of_another_owner_is_in_use(django_user_model):
         ({"priority": -101}, "priority"),
         ({"priority": True}, "priority"),
         ({"priority": 1.5}, "priority"),
+        # Wrong types are refused by field too, not left to raise TypeError or AttributeError.
+        ({"queue": ["default"]}, "queue"),
+        ({"queue": {"default": 1}}, "queue"),
+        ({"run_at": "2030-01-01T00:00:00Z"}, "run_at"),
+        ({"run_at": date(2030, 1, 1)}, "run_at"),
+        ({"run_at": 1700000000}, "run_at"),
     ],
 )
 def test_invalid_requests_name_the_field_and_write_nothing(kwargs, field):
@@ -166,6 +172,25 @@ def test_bulk_is_all_or_nothing():
     jobs = enqueue_jobs([good, JobRequest(type="demo.sleep", payload={"seconds": 0})])
     assert len(jobs) == 2 and Job.objects.count() == 2
     assert OutboxMessage.objects.count() == 2 and JobLog.objects.count() == 2
+
+
+def test_a_bulk_names_each_badly_typed_job_by_index():
+    """A wrong type in one job is that job's error, not an exception that hides the others."""
+    with pytest.raises(JobsRejected) as rejected:
+        enqueue_jobs(
+            [
+                JobRequest(type="demo.echo", queue=["default"]),
+                JobRequest(type="demo.echo"),
+                {"type": "demo.echo"},
+                JobRequest(type="demo.echo", run_at="2030-01-01"),
+            ]
+        )
+    assert [(e.index, e.code, e.field) for e in rejected.value.errors] == [
+        (0, "invalid", "queue"),
+        (2, "invalid", None),
+        (3, "invalid", "run_at"),
+    ]
+    assert not Job.objects.exists()
 
 
 @pytest.mark.django_db(transaction=True)
