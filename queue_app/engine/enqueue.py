@@ -201,7 +201,8 @@ class _Planned:
     queue: str
     next_retry_at: datetime | None
     enqueued_at: datetime
-    fingerprint: str
+    # (stored, also accepted): see _fingerprints.
+    fingerprints: tuple[str, str]
 
 
 def _plan(item: _Checked, now: datetime) -> _Planned:
@@ -217,11 +218,19 @@ def _plan(item: _Checked, now: datetime) -> _Planned:
         queue=str(request.queue),
         next_retry_at=request.run_at if scheduled else None,
         enqueued_at=request.run_at if scheduled else now,
-        # The request with its defaults resolved: the same job asked for twice matches.
-        fingerprint=replace(request, max_attempts=item.max_attempts).fingerprint()
-        if request.idempotency_key
-        else "",
+        fingerprints=_fingerprints(item) if request.idempotency_key else ("", ""),
     )
+
+
+def _fingerprints(item: _Checked) -> tuple[str, str]:
+    """The request's fingerprint, with its defaults and its priority resolved (the same job
+    asked for twice matches, whether as "medium" or 0), and the one a key stored before the
+    priority was resolved has: a tier's name was hashed as given, an integer as now."""
+    request = replace(item.request, max_attempts=item.max_attempts, priority=item.priority_value)
+    current = request.fingerprint()
+    if PRIORITY_VALUE.get(item.priority) != item.priority_value:
+        return current, current  # no tier name spells this priority
+    return current, replace(request, priority=item.priority).fingerprint()
 
 
 def _row_values(job: _Planned, settings: QueueSettings) -> dict[str, Any]:
@@ -241,7 +250,7 @@ def _row_values(job: _Planned, settings: QueueSettings) -> dict[str, Any]:
         "next_retry_at": job.next_retry_at,
         "enqueued_at": job.enqueued_at,
         "idempotency_key": request.idempotency_key,
-        "fingerprint": job.fingerprint,
+        "fingerprint": job.fingerprints[0],
         "backend": request.backend,
         "message": f"enqueued on {job.queue} ({job.priority})",
         "extra": json.dumps({"run_at": job.next_retry_at.isoformat()}) if job.next_retry_at else "{}",
@@ -326,7 +335,7 @@ def _created_job(planned: _Planned, owner, created_at: datetime, trace_context) 
         "last_error_traceback": "",
         "result": None,
         "idempotency_key": request.idempotency_key,
-        "idempotency_fingerprint": planned.fingerprint,
+        "idempotency_fingerprint": planned.fingerprints[0],
         "owner_id": getattr(owner, "pk", None),
         "worker_id": "",
         "lease_expires_at": None,
@@ -349,7 +358,7 @@ def _existing_for_key(existing: Job | None, planned: _Planned, owner) -> Job:
     if (existing.owner_id or None) != (getattr(owner, "pk", None)):
         # Reveal nothing about another owner's job.
         raise IdempotencyKeyInUse("this idempotency key is already in use", field="idempotency_key")
-    if existing.idempotency_fingerprint != planned.fingerprint:
+    if existing.idempotency_fingerprint not in planned.fingerprints:
         raise IdempotencyConflict(
             "this idempotency key was used with a different request", field="idempotency_key"
         )

@@ -90,6 +90,30 @@ def test_same_key_with_a_different_request_is_a_conflict():
     assert Job.objects.count() == 1
 
 
+@pytest.mark.parametrize(("first", "again"), [("medium", 0), (0, "medium"), ("high", 10), (-10, "low")])
+def test_a_priority_by_name_or_by_its_value_is_the_same_request(first, again):
+    job = enqueue_job("demo.echo", {"a": 1}, priority=first, idempotency_key="k-p")
+    repeat = enqueue_job("demo.echo", {"a": 1}, priority=again, idempotency_key="k-p")
+    assert repeat.id == job.id and not repeat.was_created
+    with pytest.raises(IdempotencyConflict):
+        enqueue_job("demo.echo", {"a": 1}, priority=11, idempotency_key="k-p")
+
+
+def test_a_key_stored_when_the_priority_was_hashed_as_given_still_matches():
+    """Keys stored before the priority was resolved hashed a tier's name as given: the same
+    request, by name or by value, still finds their job."""
+    job = enqueue_job("demo.echo", {"a": 1}, idempotency_key="k-old")
+    as_given = JobRequest(
+        type="demo.echo", payload={"a": 1}, priority="medium", max_attempts=job.max_attempts
+    )
+    Job.objects.filter(id=job.id).update(idempotency_fingerprint=as_given.fingerprint())
+    for priority in ("medium", 0):
+        repeat = enqueue_job("demo.echo", {"a": 1}, priority=priority, idempotency_key="k-old")
+        assert repeat.id == job.id and not repeat.was_created
+    with pytest.raises(IdempotencyConflict):
+        enqueue_job("demo.echo", {"a": 1}, priority="high", idempotency_key="k-old")
+
+
 def test_key_of_another_owner_is_in_use(django_user_model):
     alice = django_user_model.objects.create_user("alice")
     bob = django_user_model.objects.create_user("bob")
