@@ -31,7 +31,9 @@ from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
 from queue_app.conf import SettingError, queue_settings
+from queue_app.exceptions import InvalidJob
 from queue_app.handlers import current_job, job_handler
+from queue_app.payloads import check_result
 from queue_app.states import TASK_JOB_TYPE, Status
 
 # Django's API has no retries: one attempt unless OPTIONS or @task(max_attempts=...) asks.
@@ -261,6 +263,7 @@ def run_django_task(payload: dict[str, Any]) -> Any:
         else:
             value = task.call(*args, **kwargs)
         value = normalize_json(value)
+        _check_storable(value)
     except Exception as exc:
         if job.attempts >= job.max_attempts:
             _finish(result, TaskResultStatus.FAILED, error=exc)
@@ -269,6 +272,16 @@ def run_django_task(payload: dict[str, Any]) -> Any:
     _finish(result, TaskResultStatus.SUCCESSFUL, value=value)
     task_finished.send(type(backend), task_result=result)
     return value
+
+
+def _check_storable(value: Any) -> None:
+    """Refuse here what the worker would refuse to store (NaN, a NUL, an integer beyond 64
+    bits, a non-string key), before task_finished announces a success. Not JSON is a
+    TypeError, as normalize_json raises; too large stays PayloadTooLarge."""
+    try:
+        check_result(value)
+    except InvalidJob as exc:
+        raise TypeError(f"Unsupported return value: {exc.message}") from None
 
 
 def _finish(

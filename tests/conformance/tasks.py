@@ -42,6 +42,32 @@ def complex_return_value():
     return {1, 2}
 
 
+@task()
+def returns_nan() -> float:
+    # normalize_json passes these four; the job's result (PostgreSQL jsonb) cannot hold them.
+    return float("nan")
+
+
+@task()
+def returns_nul() -> str:
+    return "a\x00b"
+
+
+@task()
+def returns_big_int() -> int:
+    return 2**64
+
+
+@task()
+def returns_int_keys() -> dict:
+    return {1: "a"}
+
+
+@task(max_attempts=2)
+def returns_nan_with_retries() -> float:
+    return float("nan")
+
+
 @task(takes_context=True)
 def get_task_id(context) -> str:
     return context.task_result.id

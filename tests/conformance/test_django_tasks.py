@@ -325,11 +325,18 @@ def test_takes_context_and_context(relay):
         (test_tasks.failing_task_value_error, ValueError, "ValueError: This task failed due to ValueError\n"),
         (test_tasks.complex_exception, ValueError, 'ValueError(ValueError("This task failed"))'),
         (test_tasks.complex_return_value, TypeError, "Unsupported type"),
+        (test_tasks.returns_nan, TypeError, "NaN and infinity are not JSON"),
+        (test_tasks.returns_nul, TypeError, "NUL character"),
+        (test_tasks.returns_big_int, TypeError, "integers must fit in 64 bits"),
+        (test_tasks.returns_int_keys, TypeError, "object keys must be strings"),
     ],
 )
 def test_catches_exception(relay, task, exception, tail):
     """Django test_immediate_backend.test_catches_exception, test_complex_exception and
-    test_complex_return_value: one attempt, FAILED, the exception's class and traceback."""
+    test_complex_return_value: one attempt, FAILED, the exception's class and traceback.
+    Deliberate difference: a NaN, a NUL, an integer beyond 64 bits or a non-string key,
+    which Django's normalize_json passes, is not JSON the job can store, so it fails as
+    TypeError too (and is never announced SUCCESSFUL first)."""
     result = task.enqueue()
     stderr = run_worker()
     result.refresh()
@@ -350,6 +357,7 @@ def test_catches_exception(relay, task, exception, tail):
         assert tail in traceback, traceback
     # The worker's django.tasks ERROR line names the task and state, with the traceback.
     assert f"Task id={result.id} path={task.module_path} state=FAILED" in stderr
+    assert f"Task id={result.id} path={task.module_path} state=SUCCESSFUL" not in stderr
 
 
 @pytest.mark.parametrize(
@@ -416,6 +424,19 @@ def test_retries_exhausted_is_failed_with_the_last_error(relay):
     result.refresh()
     assert result.status == TaskResultStatus.FAILED and result.attempts == 2
     assert result.errors[0].exception_class is ValueError
+
+
+def test_a_refused_return_value_is_announced_once_as_failed_after_the_last_attempt(relay):
+    """With retries, task_finished (and so the state line) comes once, for the last attempt:
+    a return value the job cannot store fails each attempt before anything is announced."""
+    result = test_tasks.returns_nan_with_retries.enqueue()
+    stderr = run_worker(JOBQUEUE_RETRY_BACKOFF_BASE_SECONDS="0.1", JOBQUEUE_RETRY_BACKOFF_MAX_SECONDS="0.2")
+    result.refresh()
+
+    assert result.status == TaskResultStatus.FAILED and result.attempts == 2
+    assert result.errors[0].exception_class is TypeError
+    states = [line.rsplit("state=", 1)[1] for line in stderr.splitlines() if f"Task id={result.id}" in line]
+    assert states == ["RUNNING", "RUNNING", "FAILED"]
 
 
 def test_between_attempts_the_result_is_ready_without_an_error(relay):
