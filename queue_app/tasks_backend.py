@@ -31,7 +31,7 @@ from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
 from queue_app.conf import SettingError, queue_settings
-from queue_app.exceptions import InvalidJob
+from queue_app.exceptions import InvalidJob, WorkerShutdown
 from queue_app.handlers import current_job, job_handler
 from queue_app.payloads import check_result
 from queue_app.states import TASK_JOB_TYPE, Status
@@ -264,7 +264,11 @@ def run_django_task(payload: dict[str, Any]) -> Any:
             value = task.call(*args, **kwargs)
         value = normalize_json(value)
         _check_storable(value)
-    except Exception as exc:
+    except WorkerShutdown:
+        raise  # the worker hands the attempt back uncounted: it has no outcome to announce
+    except BaseException as exc:
+        # Django's immediate backend fails a task on any BaseException but KeyboardInterrupt; the
+        # worker counts that one too (a task's doing, not a signal), as its time limit and lost lease.
         if job.attempts >= job.max_attempts:
             _finish(result, TaskResultStatus.FAILED, error=exc)
             task_finished.send(type(backend), task_result=result)

@@ -113,3 +113,10 @@ def interrupting_task() -> None:
 @task()
 def calling_exit_task() -> None:
     exit(1)
+
+
+@task()
+def sleeping_task(seconds: float) -> None:
+    import time
+
+    time.sleep(seconds)

@@ -6,14 +6,14 @@ test_immediate_backend.py, test_dummy_backend.py) or django-tasks'
 ``runworker`` process fed by a real ``runrelay`` process. Where this backend
 deliberately differs from the immediate backend (a task runs later, on a worker,
 and joins the caller's transaction) the port checks the backend's behaviour and
-says so. Not covered here (other work): SystemExit / KeyboardInterrupt / exit()
-inside a task (tests/processes cover them for every handler).
+says so.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import signal
 import subprocess
 import sys
 from datetime import timedelta
@@ -376,7 +376,7 @@ def test_a_task_that_exits_or_is_interrupted_is_failed_and_the_worker_goes_on(re
     raised by a task on a worker it is the task's failure, not a signal to the worker."""
     result = task.enqueue()
     after = test_tasks.calculate_meaning_of_life.enqueue()
-    run_worker()
+    stderr = run_worker()
     result.refresh()
     after.refresh()
 
@@ -384,6 +384,34 @@ def test_a_task_that_exits_or_is_interrupted_is_failed_and_the_worker_goes_on(re
     assert result.attempts == 1
     assert result.errors[0].exception_class is exception
     assert after.status == TaskResultStatus.SUCCESSFUL and after.return_value == 42
+    # task_finished was sent, as the immediate backend sends it for a SystemExit.
+    assert f"Task id={result.id} path={task.module_path} state=FAILED" in stderr
+
+
+def test_a_task_handed_back_at_shutdown_is_not_announced_failed(relay):
+    """The shutdown grace period ends while the task runs: the worker hands the job back
+    uncounted, so task_finished must not say FAILED (the task runs again later)."""
+    result = test_tasks.sleeping_task.enqueue(60)
+    process = manage(
+        "runworker",
+        "--name",
+        WORKER,
+        env=child_env(LOG_LEVEL="DEBUG", JOBQUEUE_SHUTDOWN_GRACE_SECONDS="0.5"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(lambda: Job.objects.filter(id=result.id, status="processing").exists())
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        kill_group(process)
+    result.refresh()
+
+    assert result.status == TaskResultStatus.READY and result.attempts == 0
+    lines = [line for line in stderr.splitlines() if f"Task id={result.id}" in line]
+    assert [line.rsplit("state=", 1)[1] for line in lines] == ["RUNNING"]
 
 
 def test_worker_logs_state_lines(relay):
