@@ -215,10 +215,15 @@ def _worker_ids(job) -> list[str]:
 
     if job.attempts == 0:
         return []
-    claims = JobLog.objects.filter(job_id=job.id, event="claimed").order_by("created_at", "id")
-    worker_ids = [extra.get("worker", "") for extra in claims.values_list("extra", flat=True)]
-    # A handed-back attempt is not counted (attempts went down): keep the latest ones.
-    return worker_ids[-job.attempts :]
+    events = ("claimed", "handed_back")
+    rows = JobLog.objects.filter(job_id=job.id, event__in=events).order_by("created_at", "id")
+    rows = list(rows.values_list("event", "extra"))
+    # A handed-back attempt is not counted (attempts went down): drop its claim, which
+    # records the same fence as the hand-back.
+    handed_back = {extra.get("fence") for event, extra in rows if event == "handed_back"} - {None}
+    claims = [extra for event, extra in rows if event == "claimed" and extra.get("fence") not in handed_back]
+    # Rows without a fence (none are written now) fall back to the latest claims.
+    return [extra.get("worker", "") for extra in claims][-job.attempts :]
 
 
 def _task_of(job) -> Task:

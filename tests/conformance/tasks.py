@@ -1,6 +1,8 @@
 """Tasks for the django.tasks conformance tests, after Django's ``tests/tasks/tasks.py``."""
 
 import asyncio
+import os
+import time
 
 from django.tasks import TaskContext, task
 
@@ -117,6 +119,16 @@ def calling_exit_task() -> None:
 
 @task()
 def sleeping_task(seconds: float) -> None:
-    import time
-
     time.sleep(seconds)
+
+
+@task(takes_context=True, max_attempts=3)
+def fails_then_hangs_once(context, marker: str) -> list[str]:
+    """Attempt 1 fails; attempt 2 hangs the first time (to be handed back), then returns
+    the worker ids its context saw."""
+    if context.attempt == 1:
+        raise RuntimeError("first attempt fails")
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        time.sleep(60)
+    return context.task_result.worker_ids

@@ -70,6 +70,14 @@ def run_worker(**env: str) -> str:
     return stderr
 
 
+def _run_until_exit(*args: str, env: dict[str, str]) -> None:
+    process = manage(*args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert process.wait(timeout=60) == 0
+    finally:
+        kill_group(process)
+
+
 # --- enqueue and results (Django test_dummy_backend / test_tasks) -----------------------
 
 
@@ -465,6 +473,37 @@ def test_a_refused_return_value_is_announced_once_as_failed_after_the_last_attem
     assert result.errors[0].exception_class is TypeError
     states = [line.rsplit("state=", 1)[1] for line in stderr.splitlines() if f"Task id={result.id}" in line]
     assert states == ["RUNNING", "RUNNING", "FAILED"]
+
+
+def test_worker_ids_leave_out_an_attempt_handed_back_after_an_earlier_one(relay, tmp_path):
+    """Django's worker_ids (one per attempt, test_immediate_backend.test_enqueue_task) when
+    attempt 1 failed on A and attempt 2 was handed back by B at shutdown, then run by C: B's
+    claim is no attempt, whichever claims came before it."""
+    result = test_tasks.fails_then_hangs_once.enqueue(str(tmp_path / "hung"))
+    # A fails attempt 1 and exits (burst, without --with-scheduled): the retry is due 2.5 to 5 s later.
+    retry_soon = {"JOBQUEUE_RETRY_BACKOFF_BASE_SECONDS": "5", "JOBQUEUE_RETRY_BACKOFF_MAX_SECONDS": "5"}
+    _run_until_exit("runworker", "--burst", "--name", "A", env=child_env(**retry_soon))
+    assert Job.objects.filter(id=result.id, status="queued", attempts=1).exists()
+    hanging = manage(
+        "runworker",
+        "--name",
+        "B",
+        env=child_env(JOBQUEUE_SHUTDOWN_GRACE_SECONDS="0.5"),
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(lambda: (tmp_path / "hung").exists(), message="attempt 2 to start on B")
+        hanging.send_signal(signal.SIGTERM)
+        assert hanging.wait(timeout=60) == 0
+    finally:
+        kill_group(hanging)
+    assert Job.objects.filter(id=result.id, status="queued", attempts=1).exists()
+    _run_until_exit("runworker", "--burst", "--name", "C", env=child_env())
+    result.refresh()
+
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.attempts == 2
+    assert result.worker_ids == ["A/0", "C/0"]
+    assert result.return_value == ["A/0", "C/0"]  # what the task's context saw
 
 
 def test_between_attempts_the_result_is_ready_without_an_error(relay):
