@@ -42,6 +42,7 @@ DEFAULT_MAX_ATTEMPTS = 1
 MAX_ATTEMPTS_LIMIT = 100
 OPTION_KEYS = {"MAX_ATTEMPTS"}
 CANCELLED_ERROR_CLASS = "queue_app.exceptions.JobCancelled"
+UNKNOWN_ERROR_CLASS = "builtins.Exception"
 
 # Import paths of the tasks validated in this process (each @task is, when its module loads).
 _known_task_paths: set[str] = set()
@@ -206,7 +207,9 @@ def _errors(job) -> list[TaskError]:
         return []
     # Jobs failed before the traceback had its own column kept it in last_error.
     traceback = job.last_error_traceback or job.last_error
-    return [TaskError(exception_class_path=job.last_error_class, traceback=traceback)]
+    # Never an empty path, which TaskError.exception_class cannot import: a failure recorded
+    # without its class (before every path named one) reads as a plain Exception.
+    return [TaskError(exception_class_path=job.last_error_class or UNKNOWN_ERROR_CLASS, traceback=traceback)]
 
 
 def _worker_ids(job) -> list[str]:

@@ -615,7 +615,8 @@ class Worker:
         try:
             spec = get_handler(job.type)
         except QueueError as exc:
-            self._settle_failure(job, str(exc), retry=False)
+            error_class = f"{type(exc).__module__}.{type(exc).__qualname__}"
+            self._settle_failure(job, execution.error_summary(exc), retry=False, error_class=error_class)
             return
         if late:
             execution.mark_started(job.id, job.fence)
@@ -762,7 +763,11 @@ class Worker:
                 for job_id, fence in selectors.held_by(self.worker_id):
                     log.warning("job_recovered_from_previous_incarnation", job_id=job_id, fence=fence)
                     execution.fail_job(
-                        job_id, fence, "worker restarted: its previous process died", retry=True
+                        job_id,
+                        fence,
+                        "WorkerProcessDied: worker restarted: its previous process died",
+                        retry=True,
+                        error_class="queue_app.exceptions.WorkerProcessDied",
                     )
                 return
             except guard.errors as exc:

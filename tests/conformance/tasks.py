@@ -132,3 +132,19 @@ def fails_then_hangs_once(context, marker: str) -> list[str]:
         open(marker, "w").close()
         time.sleep(60)
     return context.task_result.worker_ids
+
+
+@task()
+def ignores_its_time_limit() -> None:
+    """Swallows the soft limit's exception: the supervisor kills its process at the hard limit."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            time.sleep(0.1)
+        except Exception:  # noqa: BLE001, S112 - the point of this task
+            continue
+
+
+@task()
+def kills_its_process() -> None:
+    os._exit(3)

@@ -28,7 +28,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from queue_app import broker
-from queue_app.exceptions import JobCancelled
+from queue_app.exceptions import JobCancelled, JobTimeLimitExceeded, WorkerProcessDied
 from queue_app.models import Job
 from queue_app.services import cancel_job
 from tests.conformance import tasks as test_tasks
@@ -420,6 +420,37 @@ def test_a_task_handed_back_at_shutdown_is_not_announced_failed(relay):
     assert result.status == TaskResultStatus.READY and result.attempts == 0
     lines = [line for line in stderr.splitlines() if f"Task id={result.id}" in line]
     assert [line.rsplit("state=", 1)[1] for line in lines] == ["RUNNING"]
+
+
+def test_a_task_whose_process_is_killed_or_dies_fails_with_an_importable_class(relay):
+    """Nothing inside the task raised, so the supervisor names the cause; errors[0].exception_class
+    must load (Django's TaskError imports the path) rather than raise ImportError."""
+    killed = test_tasks.ignores_its_time_limit.enqueue()
+    died = test_tasks.kills_its_process.enqueue()
+    run_worker(JOBQUEUE_DEFAULT_TIME_LIMIT_SECONDS="1", JOBQUEUE_HARD_TIME_LIMIT_GRACE_SECONDS="1")
+    killed.refresh()
+    died.refresh()
+
+    assert killed.status == died.status == TaskResultStatus.FAILED
+    assert killed.errors[0].exception_class is JobTimeLimitExceeded
+    assert "hard time limit exceeded" in killed.errors[0].traceback
+    assert died.errors[0].exception_class is WorkerProcessDied
+    assert "exited with code 3" in died.errors[0].traceback
+
+
+def test_a_task_held_by_a_dead_worker_fails_when_the_worker_restarts(relay):
+    """A worker restarted under the same name fails the attempt its dead process held."""
+    result = test_tasks.sleeping_task.enqueue(60)
+    process = manage("runworker", "--name", WORKER, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: Job.objects.filter(id=result.id, status="processing").exists())
+    finally:
+        kill_group(process)  # supervisor and child die without a word
+    run_worker()
+    result.refresh()
+
+    assert result.status == TaskResultStatus.FAILED
+    assert result.errors[0].exception_class is WorkerProcessDied
 
 
 def test_worker_logs_state_lines(relay):
