@@ -56,6 +56,12 @@ _STATUS = {
 }
 
 
+class UnknownTask(InvalidTask):
+    """A job's task cannot be loaded: its module was renamed or removed, or the path names
+    something that is not a ``@task``. ``get_result`` raises it (naming the job and the path),
+    and the worker fails such a job at once: no retry would find the task."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobQueueTask(Task):
     """A Task that may ask for retries: ``@task(max_attempts=3)`` (``@task`` passes extra
@@ -231,7 +237,7 @@ def _worker_ids(job) -> list[str]:
 
 def _task_of(job) -> Task:
     """The Task as it was enqueued: its priority, queue, run_after and backend alias."""
-    task = _load_task(job.payload["task"])
+    task = _load_task(job.payload["task"], job.id)
     run_after = job.payload.get("run_after")
     return task.using(
         priority=job.payload.get("priority", task.priority),
@@ -241,21 +247,25 @@ def _task_of(job) -> Task:
     )
 
 
-def _load_task(module_path: str) -> Task:
+def _load_task(module_path: str, job_id) -> Task:
     """Only objects made by ``@task`` run: a module path naming anything else is refused."""
-    task = import_string(module_path)
+    try:
+        task = import_string(module_path)
+    except ImportError as exc:
+        raise UnknownTask(f"Task of job {job_id}: {module_path} cannot be imported ({exc})") from None
     if not isinstance(task, Task):
-        raise InvalidTask(f"{module_path} is not a django.tasks Task")
+        raise UnknownTask(f"Task of job {job_id}: {module_path} is not a django.tasks Task")
     return task
 
 
-@job_handler(TASK_JOB_TYPE, internal=True)
+@job_handler(TASK_JOB_TYPE, internal=True, give_up_on=(UnknownTask,))
 def run_django_task(payload: dict[str, Any]) -> Any:
     """Run one attempt, sending task_started and (when the attempt is the last) task_finished.
 
     The signals fire in the worker, around the call; the completion is committed
     after task_finished, so a receiver reads the outcome from the task_result it is
-    given rather than from get_result().
+    given rather than from get_result(). A task that cannot be loaded (UnknownTask) has
+    no TaskResult to send: the job fails without them.
     """
     from queue_app.models import Job
 

@@ -133,6 +133,24 @@ def test_get_missing_result():
             test_tasks.noop_task.get_result(result_id)
 
 
+@pytest.mark.parametrize("path", ["tests.conformance.renamed.noop_task", "tests.conformance.tasks.os"])
+def test_a_job_whose_task_cannot_be_loaded_is_refused_naming_the_job_and_the_path(relay, path):
+    """A task module renamed or removed after the enqueue (a deploy), or a path that names no
+    @task: get_result and refresh raise InvalidTask (Django's error for a task it cannot use)
+    naming both, and the worker fails the job at once, though it allows another attempt."""
+    result = test_tasks.always_fails.enqueue()  # max_attempts=2
+    job = Job.objects.get(id=result.id)
+    Job.objects.filter(id=job.id).update(payload={**job.payload, "task": path})
+
+    for read in (lambda: default_task_backend.get_result(result.id), result.refresh):
+        with pytest.raises(InvalidTask, match=f"job {result.id}: {path}"):
+            read()
+    run_worker()
+    job.refresh_from_db()
+    assert (job.status, job.attempts) == ("failed", 1)
+    assert job.last_error_class == "queue_app.tasks_backend.UnknownTask"
+
+
 def test_get_incorrect_result():
     """Django test_tasks.TaskTestCase.test_get_incorrect_result."""
     result = default_task_backend.enqueue(test_tasks.calculate_meaning_of_life, (), {})
