@@ -30,6 +30,7 @@ from django.utils.dateparse import parse_datetime
 from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
+from queue_app.broker import LATEST_EXACT_TIME
 from queue_app.conf import SettingError, queue_settings
 from queue_app.exceptions import InvalidJob, WorkerShutdown
 from queue_app.handlers import current_job, job_handler
@@ -89,6 +90,16 @@ class JobQueueBackend(BaseTaskBackend):
 
     def validate_task(self, task: Task) -> None:
         super().validate_task(task)
+        # Refused here as Django's InvalidTask rather than by enqueue as InvalidJob: Django lets
+        # 5.0 and True through as whole numbers, but the job's priority is an int.
+        if not isinstance(task.priority, int) or isinstance(task.priority, bool):
+            raise InvalidTask(f"priority must be an int, not {type(task.priority).__name__}.")
+        run_after = task.run_after
+        if run_after is not None and timezone.is_aware(run_after) and run_after > LATEST_EXACT_TIME:
+            raise InvalidTask(
+                f"run_after must not be later than {LATEST_EXACT_TIME.isoformat()}"
+                " (the queue's order ends there)."
+            )
         try:
             queues = queue_settings().QUEUES
         except SettingError:

@@ -16,7 +16,7 @@ import logging
 import signal
 import subprocess
 import sys
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -170,6 +170,23 @@ def test_validate_on_enqueue():
     with override_settings(TASKS={"default": {"BACKEND": BACKEND, "QUEUES": ["default"]}}):
         with pytest.raises(InvalidTask, match="Queue 'unknown_queue' is not valid for backend"):
             test_tasks.noop_task.using(queue_name="unknown_queue").enqueue()
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"priority": 5.0}, "priority must be an int, not float"),
+        ({"priority": True}, "priority must be an int, not bool"),
+        ({"run_after": datetime(2400, 1, 1, tzinfo=UTC)}, "run_after must not be later than 2305-06-05"),
+    ],
+)
+def test_what_the_queue_cannot_store_is_an_invalid_task(changes, message):
+    """Django test_tasks.TaskTestCase.test_invalid_priority raises InvalidTask from ``using``;
+    deliberate difference: Django's validate_task (backends/base.py) lets 5.0 and True through
+    as whole numbers and any run_after, but the job needs an int and a start its queue orders."""
+    with pytest.raises(InvalidTask, match=message):
+        test_tasks.noop_task.using(**changes)
+    assert not Job.objects.exists()
 
 
 def test_result_task_carries_what_it_was_enqueued_with():
