@@ -81,6 +81,11 @@ class JobCancelled(Exception):
     """What a cancelled job reads as to django.tasks: a failure whose cause was a cancel."""
 
 
+class WorkerProcessDied(Exception):
+    """What an attempt fails with when the process running it died (killed, crashed, or found
+    dead by its restarted worker): nothing inside the handler raised, so this names the cause."""
+
+
 class WorkerShutdown(BaseException):
     """Raised inside a handler still running when the shutdown grace period ends."""
 

@@ -63,6 +63,16 @@ def _walk(value: Any, field: str, depth: int, max_depth: int) -> int:
     return 0
 
 
+# What a handler may return; the worker checks it before writing it as the job's result.
+MAX_RESULT_BYTES = 10 * 1024 * 1024
+MAX_RESULT_DEPTH = 64
+
+
+def check_result(value: Any) -> None:
+    """Raise InvalidJob / PayloadTooLarge (field "result") for a return value the job cannot store."""
+    check_json(value, field="result", max_bytes=MAX_RESULT_BYTES, max_depth=MAX_RESULT_DEPTH)
+
+
 _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 

@@ -30,8 +30,11 @@ from django.utils.dateparse import parse_datetime
 from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
+from queue_app.broker import LATEST_EXACT_TIME
 from queue_app.conf import SettingError, queue_settings
+from queue_app.exceptions import InvalidJob, WorkerShutdown
 from queue_app.handlers import current_job, job_handler
+from queue_app.payloads import check_result
 from queue_app.states import TASK_JOB_TYPE, Status
 
 # Django's API has no retries: one attempt unless OPTIONS or @task(max_attempts=...) asks.
@@ -40,6 +43,7 @@ DEFAULT_MAX_ATTEMPTS = 1
 MAX_ATTEMPTS_LIMIT = 100
 OPTION_KEYS = {"MAX_ATTEMPTS"}
 CANCELLED_ERROR_CLASS = "queue_app.exceptions.JobCancelled"
+UNKNOWN_ERROR_CLASS = "builtins.Exception"
 
 # Import paths of the tasks validated in this process (each @task is, when its module loads).
 _known_task_paths: set[str] = set()
@@ -51,6 +55,12 @@ _STATUS = {
     Status.FAILED: TaskResultStatus.FAILED,
     Status.CANCELLED: TaskResultStatus.FAILED,
 }
+
+
+class UnknownTask(InvalidTask):
+    """A job's task cannot be loaded: its module was renamed or removed, or the path names
+    something that is not a ``@task``. ``get_result`` raises it (naming the job and the path),
+    and the worker fails such a job at once: no retry would find the task."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,6 +90,16 @@ class JobQueueBackend(BaseTaskBackend):
 
     def validate_task(self, task: Task) -> None:
         super().validate_task(task)
+        # Refused here as Django's InvalidTask rather than by enqueue as InvalidJob: Django lets
+        # 5.0 and True through as whole numbers, but the job's priority is an int.
+        if not isinstance(task.priority, int) or isinstance(task.priority, bool):
+            raise InvalidTask(f"priority must be an int, not {type(task.priority).__name__}.")
+        run_after = task.run_after
+        if run_after is not None and timezone.is_aware(run_after) and run_after > LATEST_EXACT_TIME:
+            raise InvalidTask(
+                f"run_after must not be later than {LATEST_EXACT_TIME.isoformat()}"
+                " (the queue's order ends there)."
+            )
         try:
             queues = queue_settings().QUEUES
         except SettingError:
@@ -204,7 +224,9 @@ def _errors(job) -> list[TaskError]:
         return []
     # Jobs failed before the traceback had its own column kept it in last_error.
     traceback = job.last_error_traceback or job.last_error
-    return [TaskError(exception_class_path=job.last_error_class, traceback=traceback)]
+    # Never an empty path, which TaskError.exception_class cannot import: a failure recorded
+    # without its class (before every path named one) reads as a plain Exception.
+    return [TaskError(exception_class_path=job.last_error_class or UNKNOWN_ERROR_CLASS, traceback=traceback)]
 
 
 def _worker_ids(job) -> list[str]:
@@ -213,15 +235,20 @@ def _worker_ids(job) -> list[str]:
 
     if job.attempts == 0:
         return []
-    claims = JobLog.objects.filter(job_id=job.id, event="claimed").order_by("created_at", "id")
-    worker_ids = [extra.get("worker", "") for extra in claims.values_list("extra", flat=True)]
-    # A handed-back attempt is not counted (attempts went down): keep the latest ones.
-    return worker_ids[-job.attempts :]
+    events = ("claimed", "handed_back")
+    rows = JobLog.objects.filter(job_id=job.id, event__in=events).order_by("created_at", "id")
+    rows = list(rows.values_list("event", "extra"))
+    # A handed-back attempt is not counted (attempts went down): drop its claim, which
+    # records the same fence as the hand-back.
+    handed_back = {extra.get("fence") for event, extra in rows if event == "handed_back"} - {None}
+    claims = [extra for event, extra in rows if event == "claimed" and extra.get("fence") not in handed_back]
+    # Rows without a fence (none are written now) fall back to the latest claims.
+    return [extra.get("worker", "") for extra in claims][-job.attempts :]
 
 
 def _task_of(job) -> Task:
     """The Task as it was enqueued: its priority, queue, run_after and backend alias."""
-    task = _load_task(job.payload["task"])
+    task = _load_task(job.payload["task"], job.id)
     run_after = job.payload.get("run_after")
     return task.using(
         priority=job.payload.get("priority", task.priority),
@@ -231,21 +258,25 @@ def _task_of(job) -> Task:
     )
 
 
-def _load_task(module_path: str) -> Task:
+def _load_task(module_path: str, job_id) -> Task:
     """Only objects made by ``@task`` run: a module path naming anything else is refused."""
-    task = import_string(module_path)
+    try:
+        task = import_string(module_path)
+    except ImportError as exc:
+        raise UnknownTask(f"Task of job {job_id}: {module_path} cannot be imported ({exc})") from None
     if not isinstance(task, Task):
-        raise InvalidTask(f"{module_path} is not a django.tasks Task")
+        raise UnknownTask(f"Task of job {job_id}: {module_path} is not a django.tasks Task")
     return task
 
 
-@job_handler(TASK_JOB_TYPE, internal=True)
+@job_handler(TASK_JOB_TYPE, internal=True, give_up_on=(UnknownTask,))
 def run_django_task(payload: dict[str, Any]) -> Any:
     """Run one attempt, sending task_started and (when the attempt is the last) task_finished.
 
     The signals fire in the worker, around the call; the completion is committed
     after task_finished, so a receiver reads the outcome from the task_result it is
-    given rather than from get_result().
+    given rather than from get_result(). A task that cannot be loaded (UnknownTask) has
+    no TaskResult to send: the job fails without them.
     """
     from queue_app.models import Job
 
@@ -261,7 +292,12 @@ def run_django_task(payload: dict[str, Any]) -> Any:
         else:
             value = task.call(*args, **kwargs)
         value = normalize_json(value)
-    except Exception as exc:
+        _check_storable(value)
+    except WorkerShutdown:
+        raise  # the worker hands the attempt back uncounted: it has no outcome to announce
+    except BaseException as exc:
+        # Django's immediate backend fails a task on any BaseException but KeyboardInterrupt; the
+        # worker counts that one too (a task's doing, not a signal), as its time limit and lost lease.
         if job.attempts >= job.max_attempts:
             _finish(result, TaskResultStatus.FAILED, error=exc)
             task_finished.send(type(backend), task_result=result)
@@ -269,6 +305,16 @@ def run_django_task(payload: dict[str, Any]) -> Any:
     _finish(result, TaskResultStatus.SUCCESSFUL, value=value)
     task_finished.send(type(backend), task_result=result)
     return value
+
+
+def _check_storable(value: Any) -> None:
+    """Refuse here what the worker would refuse to store (NaN, a NUL, an integer beyond 64
+    bits, a non-string key), before task_finished announces a success. Not JSON is a
+    TypeError, as normalize_json raises; too large stays PayloadTooLarge."""
+    try:
+        check_result(value)
+    except InvalidJob as exc:
+        raise TypeError(f"Unsupported return value: {exc.message}") from None
 
 
 def _finish(

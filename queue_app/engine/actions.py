@@ -11,10 +11,20 @@ from queue_app.exceptions import (
     JobNotFound,
     TransitionNotAllowed,
 )
+from queue_app.ids import parse_job_id
 from queue_app.models import Job, JobLog, OutboxMessage
 from queue_app.states import REENQUEUED, Status
 
 log = structlog.get_logger("queue_app.services")
+
+
+def _job_id(job_id):
+    """The UUID ``job_id`` names; JobNotFound for a value that cannot name a job (the
+    database would raise DataError or ValidationError on it)."""
+    parsed = parse_job_id(job_id)
+    if parsed is None:
+        raise JobNotFound("no such job")
+    return parsed
 
 
 def _conflict(job_id, action: str) -> TransitionNotAllowed | JobNotFound:
@@ -31,6 +41,7 @@ def cancel_job(job_id, *, reason: str = "cancelled by request") -> Job:
     fenced off: the job stays cancelled and its result is not written.
     Raises TransitionNotAllowed (409) for a finished job.
     """
+    job_id = _job_id(job_id)
     with transaction.atomic():
         if apply_transition("cancel", job_id, message=reason) is None:
             raise _conflict(job_id, "cancel")
@@ -44,6 +55,7 @@ def retry_job(job_id, *, reason: str = "retried by request") -> Job:
     Attempts are never reset (they fence stale workers); instead max_attempts
     rises to at least attempts + 1. Raises TransitionNotAllowed otherwise.
     """
+    job_id = _job_id(job_id)
     with transaction.atomic():
         if apply_transition("retry", job_id, message=reason) is None:
             raise _conflict(job_id, "retry")
@@ -53,6 +65,7 @@ def retry_job(job_id, *, reason: str = "retried by request") -> Job:
 
 def reenqueue_job(job_id) -> Job:
     """Push a queued job's id to Redis again (e.g. after Redis lost it); not a transition."""
+    job_id = _job_id(job_id)
     with transaction.atomic():
         job = Job.objects.select_for_update().filter(id=job_id).first()
         if job is None:

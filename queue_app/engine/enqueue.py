@@ -118,9 +118,12 @@ class _Checked:
 
 
 def _checked(request: JobRequest, settings: QueueSettings) -> _Checked:
+    if not isinstance(request, JobRequest):
+        raise InvalidJob(f"must be a JobRequest, not {type(request).__name__}")
     spec = get_handler(request.type)
     priority, priority_value = _resolved_priority(request.priority)
-    if request.queue not in settings.QUEUES:
+    # Types first: a list or dict here would raise TypeError (unhashable) instead of naming the field.
+    if not isinstance(request.queue, str) or request.queue not in settings.QUEUES:
         raise InvalidJob(f"must be one of {', '.join(settings.QUEUES)}", field="queue")
     if not isinstance(request.payload, dict):
         raise InvalidJob("must be a JSON object", field="payload")
@@ -140,6 +143,8 @@ def _checked(request: JobRequest, settings: QueueSettings) -> _Checked:
     ):
         raise InvalidJob(f"must be an integer between 1 and {MAX_ATTEMPTS_LIMIT}", field="max_attempts")
     if request.run_at is not None:
+        if not isinstance(request.run_at, datetime):
+            raise InvalidJob("must be a datetime", field="run_at")
         if timezone.is_naive(request.run_at):
             raise InvalidJob("must include a UTC offset", field="run_at")
         check_run_at(request.run_at)
@@ -196,7 +201,8 @@ class _Planned:
     queue: str
     next_retry_at: datetime | None
     enqueued_at: datetime
-    fingerprint: str
+    # (stored, also accepted): see _fingerprints.
+    fingerprints: tuple[str, str]
 
 
 def _plan(item: _Checked, now: datetime) -> _Planned:
@@ -212,11 +218,19 @@ def _plan(item: _Checked, now: datetime) -> _Planned:
         queue=str(request.queue),
         next_retry_at=request.run_at if scheduled else None,
         enqueued_at=request.run_at if scheduled else now,
-        # The request with its defaults resolved: the same job asked for twice matches.
-        fingerprint=replace(request, max_attempts=item.max_attempts).fingerprint()
-        if request.idempotency_key
-        else "",
+        fingerprints=_fingerprints(item) if request.idempotency_key else ("", ""),
     )
+
+
+def _fingerprints(item: _Checked) -> tuple[str, str]:
+    """The request's fingerprint, with its defaults and its priority resolved (the same job
+    asked for twice matches, whether as "medium" or 0), and the one a key stored before the
+    priority was resolved has: a tier's name was hashed as given, an integer as now."""
+    request = replace(item.request, max_attempts=item.max_attempts, priority=item.priority_value)
+    current = request.fingerprint()
+    if PRIORITY_VALUE.get(item.priority) != item.priority_value:
+        return current, current  # no tier name spells this priority
+    return current, replace(request, priority=item.priority).fingerprint()
 
 
 def _row_values(job: _Planned, settings: QueueSettings) -> dict[str, Any]:
@@ -236,7 +250,7 @@ def _row_values(job: _Planned, settings: QueueSettings) -> dict[str, Any]:
         "next_retry_at": job.next_retry_at,
         "enqueued_at": job.enqueued_at,
         "idempotency_key": request.idempotency_key,
-        "fingerprint": job.fingerprint,
+        "fingerprint": job.fingerprints[0],
         "backend": request.backend,
         "message": f"enqueued on {job.queue} ({job.priority})",
         "extra": json.dumps({"run_at": job.next_retry_at.isoformat()}) if job.next_retry_at else "{}",
@@ -321,7 +335,7 @@ def _created_job(planned: _Planned, owner, created_at: datetime, trace_context) 
         "last_error_traceback": "",
         "result": None,
         "idempotency_key": request.idempotency_key,
-        "idempotency_fingerprint": planned.fingerprint,
+        "idempotency_fingerprint": planned.fingerprints[0],
         "owner_id": getattr(owner, "pk", None),
         "worker_id": "",
         "lease_expires_at": None,
@@ -344,7 +358,7 @@ def _existing_for_key(existing: Job | None, planned: _Planned, owner) -> Job:
     if (existing.owner_id or None) != (getattr(owner, "pk", None)):
         # Reveal nothing about another owner's job.
         raise IdempotencyKeyInUse("this idempotency key is already in use", field="idempotency_key")
-    if existing.idempotency_fingerprint != planned.fingerprint:
+    if existing.idempotency_fingerprint not in planned.fingerprints:
         raise IdempotencyConflict(
             "this idempotency key was used with a different request", field="idempotency_key"
         )

@@ -38,11 +38,10 @@ from queue_app.engine import execution
 from queue_app.engine.execution import ClaimedJob, Completion
 from queue_app.exceptions import JobTimeLimitExceeded
 from queue_app.handlers import HandlerSpec, _current_job, _soft_deadline
-from queue_app.payloads import check_json
+from queue_app.payloads import check_result
 
 log = structlog.get_logger("queue_app.worker")
 
-MAX_RESULT_BYTES = 10 * 1024 * 1024
 # After the grace period, how long cancelled coroutines get to hand their jobs back.
 CANCEL_WAIT_SECONDS = 2.0
 
@@ -178,7 +177,7 @@ class Slots:
                     result = slot.future.result()
                 except _Exited as exited:
                     raise exited.original from None  # this job's failure, below
-                check_json(result, field="result", max_bytes=MAX_RESULT_BYTES, max_depth=64)
+                check_result(result)
             else:
                 result = self._run_in_thread(spec, job, soft_deadline)
         except _Fenced:
@@ -213,12 +212,12 @@ class Slots:
         try:
             if not spec.atomic:
                 result = spec.func(dict(job.payload))
-                check_json(result, field="result", max_bytes=MAX_RESULT_BYTES, max_depth=64)
+                check_result(result)
                 return result
             # Atomic: the handler's writes commit with the completion, or not at all.
             with transaction.atomic():
                 result = spec.func(dict(job.payload))
-                check_json(result, field="result", max_bytes=MAX_RESULT_BYTES, max_depth=64)
+                check_result(result)
                 if not execution.complete_jobs([Completion(job.id, job.fence, result)]):
                     raise _Fenced()
             return _ALREADY_COMPLETED

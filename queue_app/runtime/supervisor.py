@@ -37,6 +37,7 @@ from django.db import connections
 
 from queue_app.conf import queue_settings
 from queue_app.engine import execution, selectors
+from queue_app.exceptions import JobTimeLimitExceeded, WorkerProcessDied
 from queue_app.runtime.outages import OutageGuard
 from queue_app.runtime.running_job import RunningJob
 from queue_app.runtime.worker import STOP_SIGNALS, ChildReport
@@ -322,7 +323,7 @@ class Supervisor:
                 self._kill(
                     child,
                     "hard time limit exceeded",
-                    current_error="JobTimeLimitExceeded: hard time limit exceeded; process killed",
+                    current_error=JobTimeLimitExceeded("hard time limit exceeded; process killed"),
                     charged=overdue,
                 )
 
@@ -331,7 +332,7 @@ class Supervisor:
         child: Child,
         reason: str,
         *,
-        current_error: str | None = None,
+        current_error: Exception | None = None,
         charged: set[str] | None = None,
     ) -> None:
         """SIGKILL a child and settle what it held, so nothing waits for a lease to expire.
@@ -352,7 +353,7 @@ class Supervisor:
         child: Child,
         *,
         reason: str,
-        current_error: str | None,
+        current_error: Exception | None,
         charged: set[str] | None = None,
     ) -> None:
         """Settle the jobs a dead child held: the running ones in ``charged`` (all running
@@ -373,7 +374,12 @@ class Supervisor:
                 for job_id, fence in running.items():
                     if current_error is not None and (charged is None or job_id in charged):
                         held.pop(job_id, None)
-                        execution.fail_job(job_id, fence, current_error)
+                        execution.fail_job(
+                            job_id,
+                            fence,
+                            execution.error_summary(current_error),
+                            error_class=_class_path(current_error),
+                        )
                     else:
                         held[job_id] = fence  # the fence the child ran it under
                 for job_id, fence in held.items():
@@ -407,7 +413,7 @@ class Supervisor:
                 self._settle_child_jobs(
                     child,
                     reason=f"worker process {cause}",
-                    current_error=f"WorkerProcessDied: the worker process {cause} while running this job",
+                    current_error=WorkerProcessDied(f"the worker process {cause} while running this job"),
                 )
             if child.pipe is not None:
                 child.pipe.close()
@@ -420,6 +426,11 @@ class Supervisor:
                 child.process = None  # settled; nothing more to do for it
                 continue
             self._start(child)
+
+
+def _class_path(error: Exception) -> str:
+    """The import path of the error's class, which django.tasks results load (exception_class)."""
+    return f"{type(error).__module__}.{type(error).__qualname__}"
 
 
 def _death_cause(exitcode: int | None) -> str:

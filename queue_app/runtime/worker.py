@@ -22,7 +22,6 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
 
 import redis
 import structlog
@@ -35,7 +34,7 @@ from queue_app.engine.execution import ClaimedJob, Completion
 from queue_app.exceptions import JobTimeLimitExceeded, LeaseLost, QueueError, WorkerShutdown
 from queue_app.handlers import HandlerSpec, _current_job, _soft_deadline, get_handler
 from queue_app.observability.runs import observed_run
-from queue_app.payloads import check_json
+from queue_app.payloads import check_result
 from queue_app.runtime.outages import OutageGuard
 from queue_app.runtime.relay import fault_point_handler
 from queue_app.runtime.running_job import RunningJob
@@ -51,7 +50,6 @@ PROMOTE_EVERY_SECONDS = 0.5
 START_SLACK_SECONDS = 0.1
 # How often the heartbeat thread looks for a batch to release (WORKER_RELEASE_AFTER_SECONDS).
 RELEASE_CHECK_SECONDS = 0.1
-MAX_RESULT_BYTES = 10 * 1024 * 1024
 # How often a worker re-reads its queues' controls (pause, limits) for its pops. The
 # claim reads them itself, so a stale view costs a put-back, never a wrong claim.
 CONTROLS_REFRESH_SECONDS = 1.0
@@ -632,7 +630,8 @@ class Worker:
         try:
             spec = get_handler(job.type)
         except QueueError as exc:
-            self._settle_failure(job, str(exc), retry=False)
+            error_class = f"{type(exc).__module__}.{type(exc).__qualname__}"
+            self._settle_failure(job, execution.error_summary(exc), retry=False, error_class=error_class)
             return
         if late:
             execution.mark_started(job.id, job.fence)
@@ -703,26 +702,22 @@ class Worker:
             # exception ends the loop, which cancels the coroutine.
             result = asyncio.run(spec.func(dict(job.payload)))
             self._disarm()
-            self._check_result(result)
+            check_result(result)
             return Completion(job.id, job.fence, result)
         if not spec.atomic:
             result = spec.func(dict(job.payload))
             self._disarm()
-            self._check_result(result)
+            check_result(result)
             return Completion(job.id, job.fence, result)
         # Atomic mode: the handler's writes commit with the completion, or not at all.
         with transaction.atomic():
             result = spec.func(dict(job.payload))
             self._disarm()
-            self._check_result(result)
+            check_result(result)
             if not execution.complete_jobs([Completion(job.id, job.fence, result)]):
                 raise _Fenced()
         self.held.pop(job.id, None)
         return None
-
-    @staticmethod
-    def _check_result(result: Any) -> None:
-        check_json(result, field="result", max_bytes=MAX_RESULT_BYTES, max_depth=64)
 
     def _settle_failure(
         self, job: ClaimedJob, error: str, *, retry: bool, error_class: str = "", error_traceback: str = ""
@@ -785,7 +780,11 @@ class Worker:
                 for job_id, fence in selectors.held_by(self.worker_id):
                     log.warning("job_recovered_from_previous_incarnation", job_id=job_id, fence=fence)
                     execution.fail_job(
-                        job_id, fence, "worker restarted: its previous process died", retry=True
+                        job_id,
+                        fence,
+                        "WorkerProcessDied: worker restarted: its previous process died",
+                        retry=True,
+                        error_class="queue_app.exceptions.WorkerProcessDied",
                     )
                 return
             except guard.errors as exc:

@@ -1,6 +1,8 @@
 """Tasks for the django.tasks conformance tests, after Django's ``tests/tasks/tasks.py``."""
 
 import asyncio
+import os
+import time
 
 from django.tasks import TaskContext, task
 
@@ -40,6 +42,32 @@ def complex_exception() -> None:
 def complex_return_value():
     # A set is not JSON: the attempt fails with TypeError("Unsupported type ...").
     return {1, 2}
+
+
+@task()
+def returns_nan() -> float:
+    # normalize_json passes these four; the job's result (PostgreSQL jsonb) cannot hold them.
+    return float("nan")
+
+
+@task()
+def returns_nul() -> str:
+    return "a\x00b"
+
+
+@task()
+def returns_big_int() -> int:
+    return 2**64
+
+
+@task()
+def returns_int_keys() -> dict:
+    return {1: "a"}
+
+
+@task(max_attempts=2)
+def returns_nan_with_retries() -> float:
+    return float("nan")
 
 
 @task(takes_context=True)
@@ -87,3 +115,36 @@ def interrupting_task() -> None:
 @task()
 def calling_exit_task() -> None:
     exit(1)
+
+
+@task()
+def sleeping_task(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+@task(takes_context=True, max_attempts=3)
+def fails_then_hangs_once(context, marker: str) -> list[str]:
+    """Attempt 1 fails; attempt 2 hangs the first time (to be handed back), then returns
+    the worker ids its context saw."""
+    if context.attempt == 1:
+        raise RuntimeError("first attempt fails")
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        time.sleep(60)
+    return context.task_result.worker_ids
+
+
+@task()
+def ignores_its_time_limit() -> None:
+    """Swallows the soft limit's exception: the supervisor kills its process at the hard limit."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            time.sleep(0.1)
+        except Exception:  # noqa: BLE001, S112 - the point of this task
+            continue
+
+
+@task()
+def kills_its_process() -> None:
+    os._exit(3)

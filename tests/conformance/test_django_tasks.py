@@ -6,17 +6,17 @@ test_immediate_backend.py, test_dummy_backend.py) or django-tasks'
 ``runworker`` process fed by a real ``runrelay`` process. Where this backend
 deliberately differs from the immediate backend (a task runs later, on a worker,
 and joins the caller's transaction) the port checks the backend's behaviour and
-says so. Not covered here (other work): SystemExit / KeyboardInterrupt / exit()
-inside a task (tests/processes cover them for every handler).
+says so.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import signal
 import subprocess
 import sys
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -28,7 +28,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from queue_app import broker
-from queue_app.exceptions import JobCancelled
+from queue_app.exceptions import JobCancelled, JobTimeLimitExceeded, WorkerProcessDied
 from queue_app.models import Job
 from queue_app.services import cancel_job
 from tests.conformance import tasks as test_tasks
@@ -68,6 +68,14 @@ def run_worker(**env: str) -> str:
         kill_group(process)
     assert process.returncode == 0, stderr
     return stderr
+
+
+def _run_until_exit(*args: str, env: dict[str, str]) -> None:
+    process = manage(*args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert process.wait(timeout=60) == 0
+    finally:
+        kill_group(process)
 
 
 # --- enqueue and results (Django test_dummy_backend / test_tasks) -----------------------
@@ -125,6 +133,24 @@ def test_get_missing_result():
             test_tasks.noop_task.get_result(result_id)
 
 
+@pytest.mark.parametrize("path", ["tests.conformance.renamed.noop_task", "tests.conformance.tasks.os"])
+def test_a_job_whose_task_cannot_be_loaded_is_refused_naming_the_job_and_the_path(relay, path):
+    """A task module renamed or removed after the enqueue (a deploy), or a path that names no
+    @task: get_result and refresh raise InvalidTask (Django's error for a task it cannot use)
+    naming both, and the worker fails the job at once, though it allows another attempt."""
+    result = test_tasks.always_fails.enqueue()  # max_attempts=2
+    job = Job.objects.get(id=result.id)
+    Job.objects.filter(id=job.id).update(payload={**job.payload, "task": path})
+
+    for read in (lambda: default_task_backend.get_result(result.id), result.refresh):
+        with pytest.raises(InvalidTask, match=f"job {result.id}: {path}"):
+            read()
+    run_worker()
+    job.refresh_from_db()
+    assert (job.status, job.attempts) == ("failed", 1)
+    assert job.last_error_class == "queue_app.tasks_backend.UnknownTask"
+
+
 def test_get_incorrect_result():
     """Django test_tasks.TaskTestCase.test_get_incorrect_result."""
     result = default_task_backend.enqueue(test_tasks.calculate_meaning_of_life, (), {})
@@ -144,6 +170,23 @@ def test_validate_on_enqueue():
     with override_settings(TASKS={"default": {"BACKEND": BACKEND, "QUEUES": ["default"]}}):
         with pytest.raises(InvalidTask, match="Queue 'unknown_queue' is not valid for backend"):
             test_tasks.noop_task.using(queue_name="unknown_queue").enqueue()
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"priority": 5.0}, "priority must be an int, not float"),
+        ({"priority": True}, "priority must be an int, not bool"),
+        ({"run_after": datetime(2400, 1, 1, tzinfo=UTC)}, "run_after must not be later than 2305-06-05"),
+    ],
+)
+def test_what_the_queue_cannot_store_is_an_invalid_task(changes, message):
+    """Django test_tasks.TaskTestCase.test_invalid_priority raises InvalidTask from ``using``;
+    deliberate difference: Django's validate_task (backends/base.py) lets 5.0 and True through
+    as whole numbers and any run_after, but the job needs an int and a start its queue orders."""
+    with pytest.raises(InvalidTask, match=message):
+        test_tasks.noop_task.using(**changes)
+    assert not Job.objects.exists()
 
 
 def test_result_task_carries_what_it_was_enqueued_with():
@@ -325,11 +368,18 @@ def test_takes_context_and_context(relay):
         (test_tasks.failing_task_value_error, ValueError, "ValueError: This task failed due to ValueError\n"),
         (test_tasks.complex_exception, ValueError, 'ValueError(ValueError("This task failed"))'),
         (test_tasks.complex_return_value, TypeError, "Unsupported type"),
+        (test_tasks.returns_nan, TypeError, "NaN and infinity are not JSON"),
+        (test_tasks.returns_nul, TypeError, "NUL character"),
+        (test_tasks.returns_big_int, TypeError, "integers must fit in 64 bits"),
+        (test_tasks.returns_int_keys, TypeError, "object keys must be strings"),
     ],
 )
 def test_catches_exception(relay, task, exception, tail):
     """Django test_immediate_backend.test_catches_exception, test_complex_exception and
-    test_complex_return_value: one attempt, FAILED, the exception's class and traceback."""
+    test_complex_return_value: one attempt, FAILED, the exception's class and traceback.
+    Deliberate difference: a NaN, a NUL, an integer beyond 64 bits or a non-string key,
+    which Django's normalize_json passes, is not JSON the job can store, so it fails as
+    TypeError too (and is never announced SUCCESSFUL first)."""
     result = task.enqueue()
     stderr = run_worker()
     result.refresh()
@@ -350,6 +400,7 @@ def test_catches_exception(relay, task, exception, tail):
         assert tail in traceback, traceback
     # The worker's django.tasks ERROR line names the task and state, with the traceback.
     assert f"Task id={result.id} path={task.module_path} state=FAILED" in stderr
+    assert f"Task id={result.id} path={task.module_path} state=SUCCESSFUL" not in stderr
 
 
 @pytest.mark.parametrize(
@@ -368,7 +419,7 @@ def test_a_task_that_exits_or_is_interrupted_is_failed_and_the_worker_goes_on(re
     raised by a task on a worker it is the task's failure, not a signal to the worker."""
     result = task.enqueue()
     after = test_tasks.calculate_meaning_of_life.enqueue()
-    run_worker()
+    stderr = run_worker()
     result.refresh()
     after.refresh()
 
@@ -376,6 +427,65 @@ def test_a_task_that_exits_or_is_interrupted_is_failed_and_the_worker_goes_on(re
     assert result.attempts == 1
     assert result.errors[0].exception_class is exception
     assert after.status == TaskResultStatus.SUCCESSFUL and after.return_value == 42
+    # task_finished was sent, as the immediate backend sends it for a SystemExit.
+    assert f"Task id={result.id} path={task.module_path} state=FAILED" in stderr
+
+
+def test_a_task_handed_back_at_shutdown_is_not_announced_failed(relay):
+    """The shutdown grace period ends while the task runs: the worker hands the job back
+    uncounted, so task_finished must not say FAILED (the task runs again later)."""
+    result = test_tasks.sleeping_task.enqueue(60)
+    process = manage(
+        "runworker",
+        "--name",
+        WORKER,
+        env=child_env(LOG_LEVEL="DEBUG", JOBQUEUE_SHUTDOWN_GRACE_SECONDS="0.5"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(lambda: Job.objects.filter(id=result.id, status="processing").exists())
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        kill_group(process)
+    result.refresh()
+
+    assert result.status == TaskResultStatus.READY and result.attempts == 0
+    lines = [line for line in stderr.splitlines() if f"Task id={result.id}" in line]
+    assert [line.rsplit("state=", 1)[1] for line in lines] == ["RUNNING"]
+
+
+def test_a_task_whose_process_is_killed_or_dies_fails_with_an_importable_class(relay):
+    """Nothing inside the task raised, so the supervisor names the cause; errors[0].exception_class
+    must load (Django's TaskError imports the path) rather than raise ImportError."""
+    killed = test_tasks.ignores_its_time_limit.enqueue()
+    died = test_tasks.kills_its_process.enqueue()
+    run_worker(JOBQUEUE_DEFAULT_TIME_LIMIT_SECONDS="1", JOBQUEUE_HARD_TIME_LIMIT_GRACE_SECONDS="1")
+    killed.refresh()
+    died.refresh()
+
+    assert killed.status == died.status == TaskResultStatus.FAILED
+    assert killed.errors[0].exception_class is JobTimeLimitExceeded
+    assert "hard time limit exceeded" in killed.errors[0].traceback
+    assert died.errors[0].exception_class is WorkerProcessDied
+    assert "exited with code 3" in died.errors[0].traceback
+
+
+def test_a_task_held_by_a_dead_worker_fails_when_the_worker_restarts(relay):
+    """A worker restarted under the same name fails the attempt its dead process held."""
+    result = test_tasks.sleeping_task.enqueue(60)
+    process = manage("runworker", "--name", WORKER, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: Job.objects.filter(id=result.id, status="processing").exists())
+    finally:
+        kill_group(process)  # supervisor and child die without a word
+    run_worker()
+    result.refresh()
+
+    assert result.status == TaskResultStatus.FAILED
+    assert result.errors[0].exception_class is WorkerProcessDied
 
 
 def test_worker_logs_state_lines(relay):
@@ -416,6 +526,50 @@ def test_retries_exhausted_is_failed_with_the_last_error(relay):
     result.refresh()
     assert result.status == TaskResultStatus.FAILED and result.attempts == 2
     assert result.errors[0].exception_class is ValueError
+
+
+def test_a_refused_return_value_is_announced_once_as_failed_after_the_last_attempt(relay):
+    """With retries, task_finished (and so the state line) comes once, for the last attempt:
+    a return value the job cannot store fails each attempt before anything is announced."""
+    result = test_tasks.returns_nan_with_retries.enqueue()
+    stderr = run_worker(JOBQUEUE_RETRY_BACKOFF_BASE_SECONDS="0.1", JOBQUEUE_RETRY_BACKOFF_MAX_SECONDS="0.2")
+    result.refresh()
+
+    assert result.status == TaskResultStatus.FAILED and result.attempts == 2
+    assert result.errors[0].exception_class is TypeError
+    states = [line.rsplit("state=", 1)[1] for line in stderr.splitlines() if f"Task id={result.id}" in line]
+    assert states == ["RUNNING", "RUNNING", "FAILED"]
+
+
+def test_worker_ids_leave_out_an_attempt_handed_back_after_an_earlier_one(relay, tmp_path):
+    """Django's worker_ids (one per attempt, test_immediate_backend.test_enqueue_task) when
+    attempt 1 failed on A and attempt 2 was handed back by B at shutdown, then run by C: B's
+    claim is no attempt, whichever claims came before it."""
+    result = test_tasks.fails_then_hangs_once.enqueue(str(tmp_path / "hung"))
+    # A fails attempt 1 and exits (burst, without --with-scheduled): the retry is due 2.5 to 5 s later.
+    retry_soon = {"JOBQUEUE_RETRY_BACKOFF_BASE_SECONDS": "5", "JOBQUEUE_RETRY_BACKOFF_MAX_SECONDS": "5"}
+    _run_until_exit("runworker", "--burst", "--name", "A", env=child_env(**retry_soon))
+    assert Job.objects.filter(id=result.id, status="queued", attempts=1).exists()
+    hanging = manage(
+        "runworker",
+        "--name",
+        "B",
+        env=child_env(JOBQUEUE_SHUTDOWN_GRACE_SECONDS="0.5"),
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(lambda: (tmp_path / "hung").exists(), message="attempt 2 to start on B")
+        hanging.send_signal(signal.SIGTERM)
+        assert hanging.wait(timeout=60) == 0
+    finally:
+        kill_group(hanging)
+    assert Job.objects.filter(id=result.id, status="queued", attempts=1).exists()
+    _run_until_exit("runworker", "--burst", "--name", "C", env=child_env())
+    result.refresh()
+
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.attempts == 2
+    assert result.worker_ids == ["A/0", "C/0"]
+    assert result.return_value == ["A/0", "C/0"]  # what the task's context saw
 
 
 def test_between_attempts_the_result_is_ready_without_an_error(relay):

@@ -1,7 +1,7 @@
 """Transactional enqueue: the job, its first log row and its outbox row commit together."""
 
 import threading
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 from django.db import connection, transaction
@@ -90,6 +90,30 @@ def test_same_key_with_a_different_request_is_a_conflict():
     assert Job.objects.count() == 1
 
 
+@pytest.mark.parametrize(("first", "again"), [("medium", 0), (0, "medium"), ("high", 10), (-10, "low")])
+def test_a_priority_by_name_or_by_its_value_is_the_same_request(first, again):
+    job = enqueue_job("demo.echo", {"a": 1}, priority=first, idempotency_key="k-p")
+    repeat = enqueue_job("demo.echo", {"a": 1}, priority=again, idempotency_key="k-p")
+    assert repeat.id == job.id and not repeat.was_created
+    with pytest.raises(IdempotencyConflict):
+        enqueue_job("demo.echo", {"a": 1}, priority=11, idempotency_key="k-p")
+
+
+def test_a_key_stored_when_the_priority_was_hashed_as_given_still_matches():
+    """Keys stored before the priority was resolved hashed a tier's name as given: the same
+    request, by name or by value, still finds their job."""
+    job = enqueue_job("demo.echo", {"a": 1}, idempotency_key="k-old")
+    as_given = JobRequest(
+        type="demo.echo", payload={"a": 1}, priority="medium", max_attempts=job.max_attempts
+    )
+    Job.objects.filter(id=job.id).update(idempotency_fingerprint=as_given.fingerprint())
+    for priority in ("medium", 0):
+        repeat = enqueue_job("demo.echo", {"a": 1}, priority=priority, idempotency_key="k-old")
+        assert repeat.id == job.id and not repeat.was_created
+    with pytest.raises(IdempotencyConflict):
+        enqueue_job("demo.echo", {"a": 1}, priority="high", idempotency_key="k-old")
+
+
 def test_key_of_another_owner_is_in_use(django_user_model):
     alice = django_user_model.objects.create_user("alice")
     bob = django_user_model.objects.create_user("bob")
@@ -117,6 +141,12 @@ def test_key_of_another_owner_is_in_use(django_user_model):
         ({"priority": -101}, "priority"),
         ({"priority": True}, "priority"),
         ({"priority": 1.5}, "priority"),
+        # Wrong types are refused by field too, not left to raise TypeError or AttributeError.
+        ({"queue": ["default"]}, "queue"),
+        ({"queue": {"default": 1}}, "queue"),
+        ({"run_at": "2030-01-01T00:00:00Z"}, "run_at"),
+        ({"run_at": date(2030, 1, 1)}, "run_at"),
+        ({"run_at": 1700000000}, "run_at"),
     ],
 )
 def test_invalid_requests_name_the_field_and_write_nothing(kwargs, field):
@@ -166,6 +196,25 @@ def test_bulk_is_all_or_nothing():
     jobs = enqueue_jobs([good, JobRequest(type="demo.sleep", payload={"seconds": 0})])
     assert len(jobs) == 2 and Job.objects.count() == 2
     assert OutboxMessage.objects.count() == 2 and JobLog.objects.count() == 2
+
+
+def test_a_bulk_names_each_badly_typed_job_by_index():
+    """A wrong type in one job is that job's error, not an exception that hides the others."""
+    with pytest.raises(JobsRejected) as rejected:
+        enqueue_jobs(
+            [
+                JobRequest(type="demo.echo", queue=["default"]),
+                JobRequest(type="demo.echo"),
+                {"type": "demo.echo"},
+                JobRequest(type="demo.echo", run_at="2030-01-01"),
+            ]
+        )
+    assert [(e.index, e.code, e.field) for e in rejected.value.errors] == [
+        (0, "invalid", "queue"),
+        (2, "invalid", None),
+        (3, "invalid", "run_at"),
+    ]
+    assert not Job.objects.exists()
 
 
 @pytest.mark.django_db(transaction=True)

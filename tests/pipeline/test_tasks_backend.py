@@ -52,6 +52,15 @@ def test_deferred_task_waits_for_its_time():
     assert Job.objects.get(id=result.id).next_retry_at == run_after
 
 
+def test_a_failure_recorded_without_its_class_reads_as_a_plain_exception():
+    """Jobs failed before every failure path named a class keep an empty last_error_class:
+    Django's TaskError.exception_class imports the path, so an empty one would raise ImportError."""
+    result = add.enqueue(1, 2)
+    Job.objects.filter(id=result.id).update(status="failed", attempts=1, last_error="worker restarted")
+    error = task_backends["default"].get_result(result.id).errors[0]
+    assert error.exception_class is Exception and error.traceback == "worker restarted"
+
+
 def test_unknown_result_id_does_not_exist():
     with pytest.raises(TaskResultDoesNotExist):
         task_backends["default"].get_result("not-a-job")

@@ -99,6 +99,7 @@ def test_unknown_type_in_the_database_fails_without_retry():
     run_worker()
     job.refresh_from_db()
     assert job.status == "failed" and job.attempts == 1
+    assert job.last_error_class == "queue_app.exceptions.UnknownJobType"
 
 
 def test_two_workers_claiming_one_duplicated_id_get_exactly_one_claim():

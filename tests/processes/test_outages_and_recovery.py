@@ -146,6 +146,7 @@ def test_worker_restarted_with_the_same_name_settles_its_old_job_at_once(childre
     job.refresh_from_db()
     assert job.status in ("queued", "processing") and job.attempts in (1, 2)
     assert "previous process died" in job.last_error
+    assert job.last_error_class == "queue_app.exceptions.WorkerProcessDied"
 
 
 def test_a_worker_process_dies_with_its_supervisor_so_a_restart_never_overlaps_it(children):

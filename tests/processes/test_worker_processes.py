@@ -81,6 +81,8 @@ def test_handler_that_swallows_the_soft_limit_is_killed_and_the_worker_goes_on(p
     wait_until(lambda: status_of(after) == "completed", timeout=60, message="the next job to run")
     stubborn.refresh_from_db()
     assert stubborn.status == "failed" and "process killed" in stubborn.last_error
+    # An importable class (django.tasks loads it as the error's exception_class).
+    assert stubborn.last_error_class == "queue_app.exceptions.JobTimeLimitExceeded"
     stop(worker)
 
 
@@ -235,6 +237,10 @@ def test_a_poison_job_uses_up_its_attempts_and_fails_while_others_run(processes,
     poison.refresh_from_db()
     assert poison.status == "failed" and poison.attempts == 2
     assert POISON[how] in poison.last_error
+    # The class's import path: the handler's exception, or the supervisor's cause for a dead process.
+    name = POISON[how].split(":")[0]
+    module = "queue_app.exceptions" if name == "WorkerProcessDied" else "builtins"
+    assert poison.last_error_class == f"{module}.{name}"
     assert Execution.objects.filter(job_id=poison.id).count() == 2
     assert list(poison.logs.values_list("event", flat=True)) == [
         "enqueued",
