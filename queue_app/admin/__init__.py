@@ -28,7 +28,7 @@ from django.utils.html import format_html
 
 from queue_app import services
 from queue_app.admin import dashboard
-from queue_app.admin.changelist import GuardedChangeList
+from queue_app.admin.changelist import DeclaredLookupsOnly
 from queue_app.admin.pagination import EstimatedCountPaginator
 from queue_app.admin.search import job_search_filter, log_search_filter, search_words
 from queue_app.conf import queue_settings
@@ -183,16 +183,13 @@ class OutboxStateFilter(admin.SimpleListFilter):
 # --- shared admin behaviour ------------------------------------------------------------
 
 
-class HistoryAdmin(admin.ModelAdmin):
+class HistoryAdmin(DeclaredLookupsOnly, admin.ModelAdmin):
     """A list that never counts the whole table and never writes through a form."""
 
     paginator = EstimatedCountPaginator
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     list_per_page = 100
-
-    def get_changelist(self, request, **kwargs):
-        return GuardedChangeList
 
     def has_add_permission(self, request, obj=None) -> bool:
         return False

@@ -13,12 +13,13 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from queue_app import services
+from queue_app.admin.changelist import DeclaredLookupsOnly
 from queue_app.conf import queue_settings
 from queue_app.models import QueueState
 
 
 @admin.register(QueueState)
-class QueueStateAdmin(admin.ModelAdmin):
+class QueueStateAdmin(DeclaredLookupsOnly, admin.ModelAdmin):
     list_display = ("name", "mode", "state", "concurrency_limit", "rate_limit", "updated_at")
     list_editable = ("concurrency_limit", "rate_limit")
     list_filter = ("paused",)
