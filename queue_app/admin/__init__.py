@@ -463,6 +463,8 @@ class JobLogAdmin(HistoryAdmin):
     search_help_text = "Words of the message in their order, or whole job ids for those jobs' trails."
     # Newest first along the primary key: ids grow with time and need no extra index.
     ordering = ("-id",)
+    # No listed column has an index to sort by.
+    sortable_by = ()
 
     class Media:
         css = {"all": ("queue_app/admin.css",)}
@@ -491,6 +493,7 @@ class OutboxMessageAdmin(HistoryAdmin):
     list_display = ("id", "job_link", "action", "queue", "state", "created_at", "age", "relay_lag")
     list_filter = (OutboxStateFilter, "action", QueueFilter)
     ordering = ("-id",)
+    sortable_by = ("id",)  # the primary key: the only listed column with an index
 
     class Media:
         css = {"all": ("queue_app/admin.css",)}

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import get_fields_from_path
-from django.contrib.admin.views.main import ChangeList
+from django.contrib.admin.views.main import ORDER_VAR, ChangeList
 
 
 class GuardedChangeList(ChangeList):
@@ -31,6 +31,23 @@ class GuardedChangeList(ChangeList):
         if self.date_hierarchy:
             check_date_drill_down(request.GET, self.date_hierarchy)
         return super().get_filters(request)
+
+    def get_ordering(self, request, queryset):
+        # Django sorts by any column of ``?o=``, not only those sortable_by makes clickable:
+        # keep those, as other columns have no index to sort a large table by.
+        if ORDER_VAR in self.params:
+            kept = [part for part in self.params[ORDER_VAR].split(".") if self._sortable(part)]
+            if kept:
+                self.params[ORDER_VAR] = ".".join(kept)
+            else:
+                del self.params[ORDER_VAR]
+        return super().get_ordering(request, queryset)
+
+    def _sortable(self, part: str) -> bool:
+        index = part.removeprefix("-")
+        if not index.isdigit() or int(index) >= len(self.list_display):
+            return False
+        return self.list_display[int(index)] in self.sortable_by
 
 
 def check_date_drill_down(query, field_name: str) -> None:
