@@ -66,3 +66,32 @@ def test_actions_need_change_permission(user_client, queues):
     response = client.post(CHANGELIST, {"action": "pause_selected", "_selected_action": ["default"]})
     assert not QueueState.objects.get(name="default").paused
     assert response.status_code in (200, 302, 403)
+
+
+@pytest.mark.parametrize(
+    ("concurrency", "rate"),
+    [("2000000", ""), ("", "1e12"), ("", "1000000.5")],
+)
+def test_a_limit_past_what_the_service_takes_is_a_form_error(admin_client, queues, concurrency, rate):
+    admin_client.get(CHANGELIST)
+    response = edit_limits(
+        admin_client, [("default", concurrency, rate), ("emails", "", ""), ("reports", "", "")]
+    )
+    assert response.status_code == 200  # the list again, with the error
+    assert response.context["cl"].formset.errors[0]
+    assert QueueState.objects.filter(concurrency_limit=None, rate_limit=None).count() == 3
+
+
+def test_a_queue_no_longer_configured_is_read_only(admin_client, queues):
+    QueueState.objects.create(name="gone", concurrency_limit=3)
+    response = admin_client.get(CHANGELIST)
+    gone = next(form for form in response.context["cl"].formset if form.instance.name == "gone")
+    assert all(gone.fields[name].disabled for name in ("concurrency_limit", "rate_limit"))
+    response = edit_limits(
+        admin_client, [("default", "2", ""), ("emails", "", ""), ("gone", "5", "7"), ("reports", "", "")]
+    )
+    assert response.status_code == 302
+    assert QueueState.objects.values_list("concurrency_limit", "rate_limit").get(name="gone") == (3, None)
+    assert QueueState.objects.get(name="default").concurrency_limit == 2
+    detail = admin_client.get(reverse("admin:queue_app_queuestate_change", args=["gone"]))
+    assert detail.context["adminform"].form.fields["rate_limit"].disabled
