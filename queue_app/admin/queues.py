@@ -59,6 +59,10 @@ class QueueStateAdmin(DeclaredLookupsOnly, admin.ModelAdmin):
             kwargs.update(min_value=1, max_value=MAX_CONCURRENCY_LIMIT)
         elif db_field.name == "rate_limit":
             kwargs["max_value"] = MAX_RATE_LIMIT
+        if db_field.name in LIMITS:
+            # What the page showed comes back with the form, so a limit counts as changed only
+            # if the operator changed it, not if someone else did since the page opened.
+            kwargs["show_hidden_initial"] = True
         return super().formfield_for_dbfield(db_field, request, **kwargs)
 
     def changelist_view(self, request: HttpRequest, extra_context=None):
@@ -78,10 +82,12 @@ class QueueStateAdmin(DeclaredLookupsOnly, admin.ModelAdmin):
 
     def save_model(self, request, obj: QueueState, form, change) -> None:
         # Through the service: it validates, takes the queue's lock and resets the rate bucket.
+        # Only the limits edited: the other keeps its value (and a rate its bucket).
+        limits = {name: getattr(obj, name) for name in LIMITS if name in form.changed_data}
+        if not limits:
+            return
         try:
-            services.set_queue_limits(
-                obj.name, concurrency_limit=obj.concurrency_limit, rate_limit=obj.rate_limit
-            )
+            services.set_queue_limits(obj.name, **limits)
         except services.QueueError as error:
             # The form checks what the service does; this is a refusal the form did not foresee.
             self.message_user(request, f"{obj.name}: {error.message}", messages.ERROR)
