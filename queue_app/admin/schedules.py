@@ -43,9 +43,17 @@ class ScheduleStateAdmin(DeclaredLookupsOnly, admin.ModelAdmin):
     list_filter = ("paused",)
     search_fields = ("name",)
     actions = ("pause_selected", "resume_selected")
-    readonly_fields = ("name", "paused", "last_tick_at", "next_tick_at", "last_job", "created_at")
 
     def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        # Change permission guards pause and resume (asked without a row); no form saves a row:
+        # a definition edited by hand would make the schedulers take the schedule as redefined.
+        return obj is None and super().has_change_permission(request)
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        # The list would add the row again, unpaused, for a schedule still declared.
         return False
 
     def changelist_view(self, request: HttpRequest, extra_context=None):
