@@ -1,8 +1,9 @@
 """The admin: the queryable history of jobs, their log trails and the outbox.
 
 Read-mostly: no form writes job state. The actions (cancel, retry,
-re-enqueue) call the same services as the API, one job at a time, and say
-how many jobs changed and how many were skipped. Every list stays fast at a
+re-enqueue) call the same services as the API, one job at a time, on at most
+``JobAdmin.action_limit`` jobs per request, and say how many jobs changed and
+how many were skipped. Every list stays fast at a
 million jobs: counts stop early (see pagination.py), filter choices come from
 the handler registry and settings instead of the table, a search for an id
 is an index lookup, and the date hierarchy reads only the table's first and
@@ -14,12 +15,13 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
+from functools import partial
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -28,18 +30,25 @@ from django.utils.html import format_html
 
 from queue_app import services
 from queue_app.admin import dashboard
-from queue_app.admin.changelist import GuardedChangeList
+from queue_app.admin.changelist import DeclaredLookupsOnly
 from queue_app.admin.pagination import EstimatedCountPaginator
 from queue_app.admin.search import job_search_filter, log_search_filter, search_words
 from queue_app.conf import queue_settings
 from queue_app.exceptions import JobNotFound, TransitionNotAllowed
 from queue_app.handlers import registered_types
 from queue_app.models import Job, JobLog, OutboxMessage, task_path_expression
-from queue_app.states import TASK_JOB_TYPE, Status
+from queue_app.states import TASK_JOB_TYPE, TRANSITION_TABLE, Status
 from queue_app.tasks_backend import known_task_paths
 
 EXCERPT_LENGTH = 80
 DASHBOARD_REFRESH_SECONDS = 10
+
+# Where an action's message sends the operator for more jobs than one action changes.
+BEYOND_ACTION_LIMIT = {
+    "cancel": "cancel them through the API (POST /api/jobs/{id}/cancel/) or cancel_job()",
+    "retry": "retry them through the API (POST /api/jobs/{id}/retry/) or retry_job()",
+    "re-enqueue": "run manage.py reconcile_queue, which re-adds every queued job missing from Redis",
+}
 
 
 # --- display helpers -------------------------------------------------------------
@@ -183,16 +192,13 @@ class OutboxStateFilter(admin.SimpleListFilter):
 # --- shared admin behaviour ------------------------------------------------------------
 
 
-class HistoryAdmin(admin.ModelAdmin):
+class HistoryAdmin(DeclaredLookupsOnly, admin.ModelAdmin):
     """A list that never counts the whole table and never writes through a form."""
 
     paginator = EstimatedCountPaginator
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     list_per_page = 100
-
-    def get_changelist(self, request, **kwargs):
-        return GuardedChangeList
 
     def has_add_permission(self, request, obj=None) -> bool:
         return False
@@ -257,6 +263,8 @@ class JobAdmin(HistoryAdmin):
     list_display_links = ("short_id",)
     # Only columns an index can order: sorting a million rows by anything else is a full sort.
     sortable_by = ("short_id", "job_type", "status_badge", "created_short")
+    # Jobs one action may change: each is its own transaction, so a few thousand take seconds.
+    action_limit = 1_000
     list_filter = (
         "status",
         JobTypeFilter,
@@ -389,24 +397,54 @@ class JobAdmin(HistoryAdmin):
     @admin.action(description="Cancel selected jobs", permissions=["change"])
     def cancel_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         reason = f"cancelled in the admin by {request.user.get_username()}"
-        self._apply(request, queryset, lambda job_id: services.cancel_job(job_id, reason=reason), "Cancelled")
+        service = partial(services.cancel_job, reason=reason)
+        self._apply(request, queryset, service, "cancel", "Cancelled", TRANSITION_TABLE["cancel"].sources)
 
     @admin.action(description="Retry selected jobs (failed or cancelled)", permissions=["change"])
     def retry_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         reason = f"retried in the admin by {request.user.get_username()}"
-        self._apply(request, queryset, lambda job_id: services.retry_job(job_id, reason=reason), "Retried")
+        service = partial(services.retry_job, reason=reason)
+        self._apply(request, queryset, service, "retry", "Retried", TRANSITION_TABLE["retry"].sources)
 
     @admin.action(description="Re-enqueue selected jobs in Redis (queued only)", permissions=["change"])
     def reenqueue_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        self._apply(request, queryset, services.reenqueue_job, "Re-enqueued")
+        self._apply(request, queryset, services.reenqueue_job, "re-enqueue", "Re-enqueued", {Status.QUEUED})
 
     def _apply(
-        self, request: HttpRequest, queryset: QuerySet[Job], service: Callable[[uuid.UUID], Job], verb: str
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[Job],
+        service: Callable[[uuid.UUID], Job],
+        action: str,
+        verb: str,
+        sources: Collection[str],
     ) -> None:
-        """Run ``service`` per job; a job whose state no longer allows it is skipped, not an error."""
+        """Run ``service`` on each selected job in one of the ``sources`` statuses.
+
+        The rest are counted by status in one query, not tried one by one. More jobs than
+        ``action_limit`` change none. A job whose state changed meanwhile is skipped too.
+        """
+        selected = dict(queryset.order_by().values_list("status").annotate(Count("pk")))
+        eligible = sum(jobs for status, jobs in selected.items() if status in sources)
+        if eligible > self.action_limit:
+            self.message_user(
+                request,
+                f"Nothing {verb.lower()}: {eligible} of the selected jobs can be {verb.lower()}, more than"
+                f" the {self.action_limit} one action may change. Narrow the list (status, type, queue,"
+                f" dates) or {BEYOND_ACTION_LIMIT[action]}.",
+                messages.ERROR,
+            )
+            return
+        skipped = Counter(
+            {
+                f"cannot {action} a job that is {status}": jobs
+                for status, jobs in selected.items()
+                if status not in sources
+            }
+        )
         changed = 0
-        skipped: Counter[str] = Counter()
-        for job_id in queryset.order_by().values_list("id", flat=True).iterator(chunk_size=500):
+        ids = queryset.filter(status__in=sources).order_by().values_list("id", flat=True)
+        for job_id in ids[: self.action_limit]:
             try:
                 service(job_id)
             except (TransitionNotAllowed, JobNotFound) as exc:
@@ -466,6 +504,8 @@ class JobLogAdmin(HistoryAdmin):
     search_help_text = "Words of the message in their order, or whole job ids for those jobs' trails."
     # Newest first along the primary key: ids grow with time and need no extra index.
     ordering = ("-id",)
+    # No listed column has an index to sort by.
+    sortable_by = ()
 
     class Media:
         css = {"all": ("queue_app/admin.css",)}
@@ -494,6 +534,7 @@ class OutboxMessageAdmin(HistoryAdmin):
     list_display = ("id", "job_link", "action", "queue", "state", "created_at", "age", "relay_lag")
     list_filter = (OutboxStateFilter, "action", QueueFilter)
     ordering = ("-id",)
+    sortable_by = ("id",)  # the primary key: the only listed column with an index
 
     class Media:
         css = {"all": ("queue_app/admin.css",)}

@@ -2,35 +2,68 @@
 
 Pause, resume and limit changes go through the services (the same as the API
 and the ``queue`` command), which take the queue's lock so that every worker
-honours them from their commit on. Opening the list adds a row for any
-configured queue that has none yet.
+honours them from their commit on. The forms refuse what the service would
+(limits out of range) and leave the row of a queue no longer configured
+read-only. Opening the list adds a row for any configured queue that has none yet.
 """
 
 from __future__ import annotations
 
+from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from queue_app import services
+from queue_app.admin.changelist import DeclaredLookupsOnly
 from queue_app.conf import queue_settings
+from queue_app.engine.controls import MAX_CONCURRENCY_LIMIT, MAX_RATE_LIMIT
 from queue_app.models import QueueState
+
+LIMITS = ("concurrency_limit", "rate_limit")
+
+
+class QueueLimitsForm(forms.ModelForm):
+    """A queue no longer configured keeps its row, but the service refuses to change it."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.name not in queue_settings().QUEUES:
+            for name in LIMITS:
+                if name in self.fields:
+                    self.fields[name].disabled = True
 
 
 @admin.register(QueueState)
-class QueueStateAdmin(admin.ModelAdmin):
+class QueueStateAdmin(DeclaredLookupsOnly, admin.ModelAdmin):
     list_display = ("name", "mode", "state", "concurrency_limit", "rate_limit", "updated_at")
     list_editable = ("concurrency_limit", "rate_limit")
     list_filter = ("paused",)
     actions = ("pause_selected", "resume_selected")
     fields = ("name", "paused", "concurrency_limit", "rate_limit", "updated_at")
     readonly_fields = ("name", "paused", "updated_at")
+    form = QueueLimitsForm
 
     def has_add_permission(self, request, obj=None) -> bool:
         return False
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
+
+    def get_changelist_form(self, request, **kwargs):
+        return super().get_changelist_form(request, form=self.form, **kwargs)
+
+    def formfield_for_dbfield(self, db_field, request, **kwargs):
+        # The service's bounds (above 0 for a rate is the table's check constraint).
+        if db_field.name == "concurrency_limit":
+            kwargs.update(min_value=1, max_value=MAX_CONCURRENCY_LIMIT)
+        elif db_field.name == "rate_limit":
+            kwargs["max_value"] = MAX_RATE_LIMIT
+        if db_field.name in LIMITS:
+            # What the page showed comes back with the form, so a limit counts as changed only
+            # if the operator changed it, not if someone else did since the page opened.
+            kwargs["show_hidden_initial"] = True
+        return super().formfield_for_dbfield(db_field, request, **kwargs)
 
     def changelist_view(self, request: HttpRequest, extra_context=None):
         QueueState.objects.bulk_create(
@@ -49,9 +82,15 @@ class QueueStateAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj: QueueState, form, change) -> None:
         # Through the service: it validates, takes the queue's lock and resets the rate bucket.
-        services.set_queue_limits(
-            obj.name, concurrency_limit=obj.concurrency_limit, rate_limit=obj.rate_limit
-        )
+        # Only the limits edited: the other keeps its value (and a rate its bucket).
+        limits = {name: getattr(obj, name) for name in LIMITS if name in form.changed_data}
+        if not limits:
+            return
+        try:
+            services.set_queue_limits(obj.name, **limits)
+        except services.QueueError as error:
+            # The form checks what the service does; this is a refusal the form did not foresee.
+            self.message_user(request, f"{obj.name}: {error.message}", messages.ERROR)
 
     def _each_configured(self, request, queryset: QuerySet[QueueState], change, verb: str) -> None:
         changed = 0

@@ -13,7 +13,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
 
-from queue_app.admin.changelist import GuardedChangeList
+from queue_app.admin.changelist import DeclaredLookupsOnly
 from queue_app.engine.scheduling import ensure_schedule_states, resume_schedules
 from queue_app.models import ScheduleState
 from queue_app.runtime.scheduler import database_now
@@ -29,7 +29,7 @@ def declared_schedules() -> dict[str, Schedule]:
 
 
 @admin.register(ScheduleState)
-class ScheduleStateAdmin(admin.ModelAdmin):
+class ScheduleStateAdmin(DeclaredLookupsOnly, admin.ModelAdmin):
     list_display = (
         "name",
         "job_type",
@@ -43,12 +43,17 @@ class ScheduleStateAdmin(admin.ModelAdmin):
     list_filter = ("paused",)
     search_fields = ("name",)
     actions = ("pause_selected", "resume_selected")
-    readonly_fields = ("name", "paused", "last_tick_at", "next_tick_at", "last_job", "created_at")
-
-    def get_changelist(self, request, **kwargs):
-        return GuardedChangeList
 
     def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        # Change permission guards pause and resume (asked without a row); no form saves a row:
+        # a definition edited by hand would make the schedulers take the schedule as redefined.
+        return obj is None and super().has_change_permission(request)
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        # The list would add the row again, unpaused, for a schedule still declared.
         return False
 
     def changelist_view(self, request: HttpRequest, extra_context=None):

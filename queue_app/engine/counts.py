@@ -1,11 +1,17 @@
 """Counting rows without counting a whole large table.
 
 ``SELECT COUNT(*)`` reads every matching row; at a million jobs that costs
-hundreds of milliseconds. PostgreSQL is asked for its estimate first
-(``pg_class.reltuples`` for an unfiltered table, the planner's row estimate
-for a filtered one); only results it expects to be small (up to
-``EXACT_COUNT_LIMIT`` rows, where an exact number matters) are counted, and
-that count stops at the limit.
+hundreds of milliseconds. A count here stops at ``EXACT_COUNT_LIMIT`` + 1
+rows: at or below the limit it is exact, beyond it the figure is
+PostgreSQL's estimate (``pg_class.reltuples`` for an unfiltered table, the
+planner's row estimate for a filtered one), marked as such.
+
+The capped count decides first when an index serves the filter (no filter,
+or conditions on one indexed field): it reads at most limit + 1 index
+entries, and statistics gone stale (jobs moved to another status or deleted
+since the last ANALYZE) cannot make a small result look large. Other filters
+(a text search, conditions on several columns) are asked of the planner first:
+counting their matches up to the limit can read most of the table.
 """
 
 from __future__ import annotations
@@ -14,10 +20,15 @@ import json
 
 from django.db import connections
 from django.db.models import QuerySet
+from django.db.models.expressions import Col
+from django.db.models.sql.where import WhereNode
 
 from queue_app.engine import sql
 
 EXACT_COUNT_LIMIT = 10_000
+
+# Lookups a btree index answers as a range of its entries.
+INDEX_LOOKUPS = frozenset({"exact", "in", "gt", "gte", "lt", "lte", "range"})
 
 
 def capped_count(queryset: QuerySet, limit: int) -> int:
@@ -43,14 +54,53 @@ def estimated_count(queryset: QuerySet) -> int:
     return int(plan["Plan"]["Plan Rows"])
 
 
-def count_rows(queryset: QuerySet, limit: int = EXACT_COUNT_LIMIT) -> tuple[int, bool]:
-    """(rows, is_estimate): counted when PostgreSQL expects at most ``limit`` rows, estimated beyond.
+def _filtered_fields(where: WhereNode) -> set | None:
+    """The fields ``where`` compares with index lookups; None if any condition is something else."""
+    if where.negated:
+        return None
+    fields = set()
+    for child in where.children:
+        if isinstance(child, WhereNode):
+            inner = _filtered_fields(child)
+            if inner is None:
+                return None
+            fields |= inner
+        elif isinstance(getattr(child, "lhs", None), Col) and child.lookup_name in INDEX_LOOKUPS:
+            fields.add(child.lhs.target)
+        else:
+            return None
+    return fields
 
-    Asking the planner first keeps the cost bounded for large results (a
-    count of 10,000 rows of a selective filter can still read most of the
-    table). If the statistics were stale and more rows match, the count
-    stops at ``limit`` and the result is marked as an estimate.
+
+def _indexed_fields(model) -> set:
+    """Fields of ``model`` that lead a whole-table (not partial) index."""
+    meta = model._meta
+    fields = {field for field in meta.concrete_fields if field.primary_key or field.unique or field.db_index}
+    for index in meta.indexes:
+        if index.condition is None and index.fields:
+            fields.add(meta.get_field(index.fields[0].removeprefix("-")))
+    return fields
+
+
+def index_served(queryset: QuerySet) -> bool:
+    """No filter, or conditions on one field an index leads: a capped count reads no more entries."""
+    fields = _filtered_fields(queryset.query.where)
+    return fields is not None and len(fields) <= 1 and fields <= _indexed_fields(queryset.model)
+
+
+def count_rows(queryset: QuerySet, limit: int = EXACT_COUNT_LIMIT) -> tuple[int, bool]:
+    """(rows, is_estimate): counted up to ``limit``, PostgreSQL's estimate beyond.
+
+    Where an index serves the filter the capped count decides, so stale statistics never
+    overstate a small result. Otherwise the planner is asked first, as counting a selective
+    filter's 10,000 rows can still read most of the table; if its statistics were stale and
+    more rows match, the count stops at ``limit`` and the result is marked as an estimate.
     """
+    if index_served(queryset):
+        counted = capped_count(queryset, limit + 1)
+        if counted <= limit:
+            return counted, False
+        return max(estimated_count(queryset), counted), True
     estimate = estimated_count(queryset)
     if estimate > limit:
         return estimate, True

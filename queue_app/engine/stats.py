@@ -4,10 +4,12 @@ One read model behind both ``/api/stats/`` and the admin dashboard; it
 writes nothing. Every read stays bounded at a million jobs without indexes
 beyond the job table's fixed set:
 
-- a status with at most ``EXACT_COUNT_LIMIT`` jobs is counted exactly (per
-  queue, through the status index); a larger one is the planner's estimate
-  from ANALYZE's statistics (as the admin's pagination does), and
-  ``estimated`` names it. Before the first ANALYZE everything is counted;
+- each status's jobs are counted through the status index, stopping past
+  ``EXACT_COUNT_LIMIT``: a status at or below it is counted exactly (per
+  queue), a larger one is the planner's estimate from ANALYZE's statistics
+  (at least the limit + 1), and ``estimated`` names it. Stale statistics
+  thus never turn a small status into a large one. Before the first ANALYZE
+  everything is counted;
 - the outbox backlog is exact: the partial index on undispatched rows
   serves it;
 - the oldest due job is found exactly while few jobs are queued; with more,
@@ -76,22 +78,26 @@ def _fetch(name: str, params: dict | None = None) -> list[tuple]:
 
 def _job_counts(now: datetime) -> tuple[dict[str, int], dict[str, dict[str, int]], dict[str, int], set[str]]:
     """(status -> jobs, queue -> status -> jobs, queue -> scheduled, estimated statuses)."""
+    limit = EXACT_COUNT_LIMIT
+    capped = dict(_fetch("job_status_capped_counts", {"statuses": Status.values, "cap": limit}))
+    estimated = {status for status, jobs in capped.items() if jobs > limit}
     share: dict[str, dict[str, float]] = {"status": {}, "queue": {}}
     rows = 0.0
-    for column, value, freq, table_rows in _fetch("job_count_estimates"):
-        share[column][value], rows = freq, table_rows
-    status_jobs = {status: round(rows * freq) for status, freq in share["status"].items()}
-    estimated = {
-        status for status, jobs in status_jobs.items() if status in Status.values and jobs > EXACT_COUNT_LIMIT
+    if estimated:
+        for column, value, freq, table_rows in _fetch("job_count_estimates"):
+            share[column][value], rows = freq, table_rows
+        if not share["status"]:
+            estimated = set()  # never analysed: no estimate to give, so every status is counted
+    by_status = {
+        status: max(round(rows * share["status"].get(status, 0)), capped[status]) for status in estimated
     }
-    by_status = {status: status_jobs[status] for status in estimated}
     by_queue: dict[str, dict[str, int]] = {}
     scheduled: dict[str, int] = {}
     # Columns are taken as independent, as the planner does: a status's jobs split in the
     # queues' shares (a queue too rare for ANALYZE's list shows only in the total).
     for status in estimated:
         for queue, freq in share["queue"].items():
-            by_queue.setdefault(queue, {})[status] = round(status_jobs[status] * freq)
+            by_queue.setdefault(queue, {})[status] = round(by_status[status] * freq)
     exact = [status for status in Status.values if status not in estimated]
     for queue, status, jobs, waiting in _fetch("job_counts_by_queue", {"statuses": exact}):
         by_queue.setdefault(queue, {})[status] = jobs

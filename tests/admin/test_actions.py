@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
+from queue_app.admin import JobAdmin
 from queue_app.models import Job, JobLog, OutboxMessage
 from tests.admin.conftest import changelist, make_job
 
@@ -106,3 +109,40 @@ def test_actions_need_change_permission(user_client):
     assert "delete_selected" not in offered
     assert run_action(operator, "cancel_selected", [queued]) == ["Cancelled 1 job."]
     assert status_of(queued) == "cancelled"
+
+
+def test_jobs_the_action_cannot_change_are_counted_not_tried_one_by_one(admin_client):
+    """Retrying every job of a list of finished ones costs the same few queries however many."""
+    completed = make_job("completed")
+
+    def retry_all() -> tuple[int, list[str]]:
+        with CaptureQueriesContext(connection) as captured:
+            messages = run_action(admin_client, "retry_selected", [completed], select_across=True)
+        return len(captured), messages
+
+    make_job("failed")
+    few, _ = retry_all()
+    make_job("failed")
+    for _ in range(4):
+        make_job("completed")
+    many, messages = retry_all()
+    assert messages == [
+        "Retried 1 job.",
+        "Skipped 6 jobs: cannot retry a job that is completed (5); cannot retry a job that is queued (1).",
+    ]
+    assert many == few
+
+
+def test_an_action_on_more_jobs_than_its_limit_changes_none(admin_client, monkeypatch):
+    monkeypatch.setattr(JobAdmin, "action_limit", 2)
+    failed = [make_job("failed") for _ in range(3)]
+    make_job("completed")
+    messages = run_action(admin_client, "retry_selected", failed[:1], select_across=True)
+    assert messages == [
+        "Nothing retried: 3 of the selected jobs can be retried, more than the 2 one action may change."
+        " Narrow the list (status, type, queue, dates) or retry them through the API"
+        " (POST /api/jobs/{id}/retry/) or retry_job()."
+    ]
+    assert {status_of(job) for job in failed} == {"failed"}
+    # Within the limit, the same action goes through.
+    assert run_action(admin_client, "retry_selected", failed[:2]) == ["Retried 2 jobs."]

@@ -163,3 +163,17 @@ def test_first_log_id_since_bisects_the_trail(db):
     assert dashboard.first_log_id_since(timezone.now() + timedelta(minutes=1)) is None
     Job.objects.all().delete()
     assert dashboard.first_log_id_since(long_ago) is None
+
+
+def test_stale_statistics_do_not_overstate_a_status(admin_client, monkeypatch):
+    """ANALYZE saw 12 queued jobs; 8 have finished since (under autovacuum's threshold).
+    The queued count stops at the limit, so it is known exact; completed is the estimate."""
+    jobs = [make_job() for _ in range(12)]
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE jobs")
+    Job.objects.filter(id__in=[job.id for job in jobs[:8]]).update(status="completed")
+    monkeypatch.setattr(engine_stats, "EXACT_COUNT_LIMIT", 5)
+    snap = admin_client.get(URL).context["snapshot"]
+    assert snap.totals["queued"] == 4 and "queued" not in snap.estimated
+    # Past the limit: at least limit + 1, whatever the statistics say (they had none completed).
+    assert snap.totals["completed"] == 6 and "completed" in snap.estimated

@@ -100,3 +100,26 @@ def test_estimated_count_of_a_filter_that_matches_nothing_is_zero():
     """Django runs no EXPLAIN for ``id__in=[]`` and returns an empty plan."""
     assert estimated_count(Job.objects.filter(id__in=[])) == 0
     assert count_rows(Job.objects.filter(id__in=[])) == (0, False)
+
+
+UNDECLARED = [
+    ("job", {"id__regex": "["}),  # PostgreSQL: invalid regular expression
+    ("job", {"started_at__year": "99999999999999999999"}),  # OverflowError
+    ("job", {"type__range": "x"}),  # IndexError
+    ("job", {"payload__icontains": "zzz"}),  # no 500, but a scan of every payload
+    ("joblog", {"created_at__year": "0"}),
+    ("joblog", {"message__iregex": "["}),
+    ("outboxmessage", {"created_at__year": "0"}),
+    ("schedulestate", {"created_at__year": "0"}),
+    ("queuestate", {"updated_at__year": "0"}),
+    ("queuestate", {"name__iregex": "["}),
+]
+
+
+@pytest.mark.parametrize(("model", "query"), UNDECLARED)
+def test_a_lookup_no_filter_declares_is_refused_before_any_query(admin_client, model, query):
+    """Only the lists' own filter, drill-down and search parameters reach the query; Django
+    answers any other field lookup with 400 (DisallowedModelAdminLookup)."""
+    make_job("failed")
+    response = admin_client.get(reverse(f"admin:queue_app_{model}_changelist"), query)
+    assert response.status_code == 400, (model, query)

@@ -224,3 +224,28 @@ def test_duration_is_of_the_last_attempt(admin_client):
     assert cell(html, "duration").endswith(" so far")
     html = admin_client.get(changelist(f"q={requeued.id}")).content.decode()
     assert cell(html, "duration") == "-"
+
+
+# Columns an index can order by; sorting a large table by any other is a full sort.
+INDEXED_COLUMNS = {
+    "job": {"short_id", "job_type", "status_badge", "created_short"},
+    "joblog": set(),  # listed newest first along the primary key; no column is indexed
+    "outboxmessage": {"id"},
+}
+
+
+@pytest.mark.parametrize("model", sorted(INDEXED_COLUMNS))
+def test_a_sort_no_index_serves_is_ignored_even_when_asked_in_the_url(admin_client, model):
+    make_job("failed")
+    url = f"/admin/queue_app/{model}/"
+    default = admin_client.get(url).context["cl"]
+    default_order = default.queryset.query.order_by
+    for index, column in enumerate(default.list_display):
+        for param in (str(index), f"-{index}", f"{index}.1"):
+            cl = admin_client.get(url, {"o": param}).context["cl"]
+            if column in INDEXED_COLUMNS[model]:
+                continue
+            if param.endswith(".1") and default.list_display[1] in INDEXED_COLUMNS[model]:
+                assert cl.get_ordering_field_columns() == {1: "asc"}, (column, param)
+            else:
+                assert cl.queryset.query.order_by == default_order, (column, param)

@@ -1,8 +1,12 @@
 """The admin's queue list: every configured queue, pause/resume actions, limits edited in the list."""
 
+import html
+import re
+
 import pytest
 from django.urls import reverse
 
+from queue_app import services
 from queue_app.models import QueueState
 
 pytestmark = [pytest.mark.django_db, pytest.mark.redis]
@@ -66,3 +70,56 @@ def test_actions_need_change_permission(user_client, queues):
     response = client.post(CHANGELIST, {"action": "pause_selected", "_selected_action": ["default"]})
     assert not QueueState.objects.get(name="default").paused
     assert response.status_code in (200, 302, 403)
+
+
+@pytest.mark.parametrize(
+    ("concurrency", "rate"),
+    [("2000000", ""), ("", "1e12"), ("", "1000000.5")],
+)
+def test_a_limit_past_what_the_service_takes_is_a_form_error(admin_client, queues, concurrency, rate):
+    admin_client.get(CHANGELIST)
+    response = edit_limits(
+        admin_client, [("default", concurrency, rate), ("emails", "", ""), ("reports", "", "")]
+    )
+    assert response.status_code == 200  # the list again, with the error
+    assert response.context["cl"].formset.errors[0]
+    assert QueueState.objects.filter(concurrency_limit=None, rate_limit=None).count() == 3
+
+
+def test_a_queue_no_longer_configured_is_read_only(admin_client, queues):
+    QueueState.objects.create(name="gone", concurrency_limit=3)
+    response = admin_client.get(CHANGELIST)
+    gone = next(form for form in response.context["cl"].formset if form.instance.name == "gone")
+    assert all(gone.fields[name].disabled for name in ("concurrency_limit", "rate_limit"))
+    response = edit_limits(
+        admin_client, [("default", "2", ""), ("emails", "", ""), ("gone", "5", "7"), ("reports", "", "")]
+    )
+    assert response.status_code == 302
+    assert QueueState.objects.values_list("concurrency_limit", "rate_limit").get(name="gone") == (3, None)
+    assert QueueState.objects.get(name="default").concurrency_limit == 2
+    detail = admin_client.get(reverse("admin:queue_app_queuestate_change", args=["gone"]))
+    assert detail.context["adminform"].form.fields["rate_limit"].disabled
+
+
+def page_inputs(page: str) -> dict[str, str]:
+    """The inputs of a page's form as a browser posts them (checkboxes left unticked)."""
+    data = {}
+    for tag in re.findall(r"<input\b[^>]*>", page):
+        name, value = re.search(r'name="([^"]*)"', tag), re.search(r'value="([^"]*)"', tag)
+        if name and 'type="checkbox"' not in tag:
+            data[name.group(1)] = html.unescape(value.group(1)) if value else ""
+    return data
+
+
+def test_editing_one_limit_leaves_the_other_as_changed_since_the_page_opened(admin_client, queues):
+    services.set_queue_limits("emails", rate_limit=5.0)
+    page = page_inputs(admin_client.get(CHANGELIST).content.decode())  # shows a rate of 5
+    services.set_queue_limits("emails", rate_limit=1.0)  # meanwhile, through the API
+    QueueState.objects.filter(name="emails").update(rate_tokens=0.5)  # part of the bucket spent
+    (row,) = [key.split("-")[1] for key, value in page.items() if key.endswith("-name") and value == "emails"]
+    page[f"form-{row}-concurrency_limit"] = "4"
+    response = admin_client.post(CHANGELIST, {**page, "_save": "Save"})
+    assert response.status_code == 302
+    emails = QueueState.objects.get(name="emails")
+    # The rate set since stays, and its bucket is not refilled.
+    assert (emails.concurrency_limit, emails.rate_limit, emails.rate_tokens) == (4, 1.0, 0.5)

@@ -82,3 +82,21 @@ def test_a_user_without_change_permission_cannot_pause(client, django_user_model
     assert client.get(CHANGELIST).status_code == 200
     client.post(CHANGELIST, {"action": "pause_selected", "_selected_action": ["nightly"], "index": "0"})
     assert not ScheduleState.objects.get(name="nightly").paused
+
+
+def test_a_schedule_row_is_read_only_and_cannot_be_deleted(admin_client):
+    """A hand-edited definition would make the scheduler take the schedule as redefined (and
+    skip its due tick); a deleted row would come back unpaused."""
+    admin_client.get(CHANGELIST)
+    before = ScheduleState.objects.values().get(name="nightly")
+    change = reverse("admin:queue_app_schedulestate_change", args=["nightly"])
+    assert admin_client.get(change).status_code == 200  # to read
+    response = admin_client.post(change, {"definition": "tampered", "paused": "on", "_save": "Save"})
+    assert response.status_code == 403
+    choices = admin_client.get(CHANGELIST).context["action_form"].fields["action"].choices
+    assert {name for name, _ in choices} == {"", "pause_selected", "resume_selected"}
+    deletion = {"action": "delete_selected", "_selected_action": ["nightly"], "post": "yes", "index": "0"}
+    admin_client.post(CHANGELIST, deletion)
+    delete = reverse("admin:queue_app_schedulestate_delete", args=["nightly"])
+    assert admin_client.post(delete, {"post": "yes"}).status_code == 403
+    assert ScheduleState.objects.values().get(name="nightly") == before

@@ -6,6 +6,13 @@ SELECT reltuples::bigint FROM pg_class WHERE oid = %(table)s::regclass
 -- name: database_now
 SELECT statement_timestamp()
 
+-- name: job_status_capped_counts
+-- Each status's jobs, counted no further than %(cap)s + 1: at most that many entries of
+-- idx_jobs_status per status, however stale the statistics are.
+SELECT status,
+       (SELECT count(*) FROM (SELECT 1 FROM jobs WHERE jobs.status = s.status LIMIT %(cap)s + 1) AS capped)
+  FROM unnest(%(statuses)s::text[]) AS s (status)
+
 -- name: job_count_estimates
 -- The planner's own figures in one statement instead of an EXPLAIN per (queue, status): the
 -- table's rows and, from ANALYZE's most common values, each status's and each queue's share.
@@ -18,7 +25,7 @@ SELECT attname, value, freq, total.rows
  WHERE schemaname = current_schema() AND tablename = 'jobs' AND attname IN ('queue', 'status')
 
 -- name: job_counts_by_queue
--- Exact counts for the statuses known to be small; ``scheduled`` = queued, waiting for a time.
+-- Exact counts for the statuses counted small; ``scheduled`` = queued, waiting for a time.
 SELECT queue, status, count(*) AS jobs,
        count(*) FILTER (WHERE status = 'queued' AND next_retry_at > statement_timestamp()) AS scheduled
   FROM jobs
