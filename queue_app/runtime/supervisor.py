@@ -340,6 +340,10 @@ class Supervisor:
         The running jobs in ``charged`` fail with ``current_error`` (their attempt counts);
         the others, and all of them when there is no error (the supervisor chose to stop
         it), are handed back uncounted."""
+        if child.process is None:
+            # Exited since the caller saw it alive, and already settled by _reap (a child
+            # that died while the supervisor was stopping is not replaced).
+            return
         log.warning("worker_process_killed", worker=child.worker_id, reason=reason, job=child.current)
         # It may have exited and been reaped since the caller saw it alive (e.g. the
         # supervisor was paused past its stop deadline while the child shut down).

@@ -26,3 +26,17 @@ def test_killing_a_worker_process_that_already_exited_and_was_reaped_does_not_cr
 
     assert process.exitcode == 0
     assert child.current is None and child.slots == {}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_killing_a_worker_process_already_settled_after_it_died_while_stopping_does_not_crash():
+    # The chaos run again: past the stop deadline the supervisor killed each child from a
+    # list taken before _reap, in the same round, settled one that had died meanwhile and,
+    # the supervisor stopping, left it without a process. _kill then read its pid from
+    # None, and runworker exited 1 instead of 0.
+    supervisor = Supervisor(name="kill-settled", queues=["default"], concurrency=1, burst=False)
+    child = Child(index=0, worker_id="kill-settled/0", process=None)
+
+    supervisor._kill(child, "shutdown grace period ended")
+
+    assert child.process is None
