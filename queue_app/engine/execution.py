@@ -239,6 +239,11 @@ def retry_delay(attempt: int, *, base: float, cap: float) -> float:
     return random.uniform(delay / 2, delay)
 
 
+def error_class_path(exc: BaseException) -> str:
+    """The import path of the exception's class, which django.tasks results load (exception_class)."""
+    return f"{type(exc).__module__}.{type(exc).__qualname__}"
+
+
 def error_summary(exc: BaseException) -> str:
     """'ExceptionType: message', what a job's owner is shown of its failure."""
     message = str(exc)

@@ -186,7 +186,7 @@ class Slots:
             if not slot.cancelled_for:
                 # The handler's own (a task it awaited was cancelled): its failure, counted.
                 # Handed back, it would be claimed and run again at once, forever.
-                self._fail(job, "".join(traceback.format_exception(exc)), retry=True, error_class=_name(exc))
+                self._fail_raised(job, exc, retry=True)
                 return
             self._settle_cancelled(slot)
         except JobTimeLimitExceeded as exc:
@@ -197,8 +197,7 @@ class Slots:
                 error_class="queue_app.exceptions.JobTimeLimitExceeded",
             )
         except BaseException as exc:  # noqa: BLE001 - however a handler ends, the attempt counts
-            retry = not isinstance(exc, spec.give_up_on)
-            self._fail(job, "".join(traceback.format_exception(exc)), retry=retry, error_class=_name(exc))
+            self._fail_raised(job, exc, retry=not isinstance(exc, spec.give_up_on))
         else:
             if result is not _ALREADY_COMPLETED:
                 with transaction.atomic():
@@ -234,6 +233,14 @@ class Slots:
             return
         self.worker._hand_back(job, slot.cancelled_for or "cancelled")
 
+    def _fail_raised(self, job: ClaimedJob, exc: BaseException, *, retry: bool) -> None:
+        self._fail(
+            job,
+            "".join(traceback.format_exception(exc)),
+            retry=retry,
+            error_class=execution.error_class_path(exc),
+        )
+
     def _fail(self, job: ClaimedJob, error: str, *, retry: bool, error_class: str) -> None:
         # The handler may have closed or broken this thread's connection.
         if connection.connection is not None and not connection.is_usable():
@@ -243,10 +250,6 @@ class Slots:
 
 
 _ALREADY_COMPLETED = object()
-
-
-def _name(exc: BaseException) -> str:
-    return f"{type(exc).__module__}.{type(exc).__qualname__}"
 
 
 async def _run_coroutine(spec: HandlerSpec, job: ClaimedJob, limit: float, soft_deadline: float) -> Any:

@@ -382,7 +382,7 @@ class Supervisor:
                             job_id,
                             fence,
                             execution.error_summary(current_error),
-                            error_class=_class_path(current_error),
+                            error_class=execution.error_class_path(current_error),
                         )
                     else:
                         held[job_id] = fence  # the fence the child ran it under
@@ -430,11 +430,6 @@ class Supervisor:
                 child.process = None  # settled; nothing more to do for it
                 continue
             self._start(child)
-
-
-def _class_path(error: Exception) -> str:
-    """The import path of the error's class, which django.tasks results load (exception_class)."""
-    return f"{type(error).__module__}.{type(error).__qualname__}"
 
 
 def _death_cause(exitcode: int | None) -> str:

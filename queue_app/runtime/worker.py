@@ -630,8 +630,9 @@ class Worker:
         try:
             spec = get_handler(job.type)
         except QueueError as exc:
-            error_class = f"{type(exc).__module__}.{type(exc).__qualname__}"
-            self._settle_failure(job, execution.error_summary(exc), retry=False, error_class=error_class)
+            self._settle_failure(
+                job, execution.error_summary(exc), retry=False, error_class=execution.error_class_path(exc)
+            )
             return
         if late:
             execution.mark_started(job.id, job.fence)
@@ -671,7 +672,7 @@ class Worker:
             # to be claimed again forever (a poison job).
             retry = not isinstance(exc, spec.give_up_on)
             # The summary for the owner; the traceback (django.tasks reads it) kept beside it.
-            error_class = f"{type(exc).__module__}.{type(exc).__qualname__}"
+            error_class = execution.error_class_path(exc)
             self._settle_failure(
                 job,
                 execution.error_summary(exc),
