@@ -102,8 +102,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.short:
         args.jobs, args.duration = 400, 60.0
-    if args.redis_db in (0, 15):
-        parser.error("--redis-db: 0 and 15 belong to others (the default db and the test suite)")
+    if args.redis_db in (0, 14, 15):
+        parser.error("--redis-db: 0, 14 and 15 belong to others (the default db and the test suite's)")
     if args.workers < 1 or args.relays < 1 or args.jobs < 1:
         parser.error("--workers, --relays and --jobs must be at least 1")
     if args.seed is None:

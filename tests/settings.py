@@ -1,8 +1,10 @@
 """Settings for the test suite: the project's settings plus the probe app.
 
 Tests use a Redis database of their own (15 unless REDIS_TEST_DB says
-otherwise), since each test empties it. Worker subprocesses started by tests
-inherit this module through DJANGO_SETTINGS_MODULE.
+otherwise), since each test empties it; under pytest-xdist each worker gwN
+takes the one N below it (15, 14, ...), as pytest-django gives each its own
+test database. Worker subprocesses started by tests inherit this module
+through DJANGO_SETTINGS_MODULE, and the xdist worker's name with the environment.
 """
 
 import os
@@ -29,7 +31,8 @@ def _with_db(url: str, db: str) -> str:
 structlog.configure(cache_logger_on_first_use=False)
 
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.probe"]
-_TEST_DB = os.environ.get("REDIS_TEST_DB", "15")
+_XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+_TEST_DB = str(int(os.environ.get("REDIS_TEST_DB", "15")) - int(_XDIST_WORKER.removeprefix("gw")))
 # A Redis Cluster has database 0 only: a test that uses one starts its own.
 if not REDIS_URL.partition("://")[0].endswith("+cluster"):
     REDIS_URL = _with_db(REDIS_URL, _TEST_DB)

@@ -132,4 +132,5 @@ def test_two_patches_of_different_limits_at_once_both_hold(staff):
 def _waiting_on_advisory_locks(conn) -> int:
     return conn.execute(
         "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
     ).fetchone()[0]
