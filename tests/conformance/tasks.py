@@ -118,7 +118,10 @@ def calling_exit_task() -> None:
 
 
 @task()
-def sleeping_task(seconds: float) -> None:
+def sleeping_task(seconds: float, marker: str = "") -> None:
+    """Sleeps; creates ``marker`` first, so a test can tell it started (not only was claimed)."""
+    if marker:
+        open(marker, "w").close()
     time.sleep(seconds)
 
 

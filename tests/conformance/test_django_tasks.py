@@ -431,10 +431,11 @@ def test_a_task_that_exits_or_is_interrupted_is_failed_and_the_worker_goes_on(re
     assert f"Task id={result.id} path={task.module_path} state=FAILED" in stderr
 
 
-def test_a_task_handed_back_at_shutdown_is_not_announced_failed(relay):
+def test_a_task_handed_back_at_shutdown_is_not_announced_failed(relay, tmp_path):
     """The shutdown grace period ends while the task runs: the worker hands the job back
     uncounted, so task_finished must not say FAILED (the task runs again later)."""
-    result = test_tasks.sleeping_task.enqueue(60)
+    started = tmp_path / "started"
+    result = test_tasks.sleeping_task.enqueue(60, str(started))
     process = manage(
         "runworker",
         "--name",
@@ -445,7 +446,8 @@ def test_a_task_handed_back_at_shutdown_is_not_announced_failed(relay):
         text=True,
     )
     try:
-        wait_until(lambda: Job.objects.filter(id=result.id, status="processing").exists())
+        # Running, not only claimed: a task claimed but not yet started is handed back unannounced.
+        wait_until(started.exists, message="the task to start")
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=60)
     finally:

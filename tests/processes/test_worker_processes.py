@@ -35,7 +35,8 @@ def test_sigterm_lets_the_running_job_finish(processes):
     relay_all()
     worker = manage("runworker", stderr=subprocess.DEVNULL)
     processes.append(worker)
-    wait_until(lambda: status_of(job) == "processing", message="job to start")
+    # Its handler running, not only claimed: a job claimed but not yet started is handed back.
+    wait_until(lambda: Execution.objects.filter(job_id=job.id).exists(), message="job to start")
     assert stop(worker) == 0
     assert status_of(job) == "completed"
 
@@ -50,7 +51,10 @@ def test_sigterm_past_the_grace_period_hands_the_job_back(processes, job_type):
         "runworker", env=child_env(JOBQUEUE_SHUTDOWN_GRACE_SECONDS="0.5"), stderr=subprocess.DEVNULL
     )
     processes.append(worker)
-    wait_until(lambda: status_of(job) == "processing", message="job to start")
+    # Inside the handler (and for probe.db_sleep inside its query), not only claimed.
+    wait_until(lambda: Execution.objects.filter(job_id=job.id).exists(), message="job to start")
+    if job_type == "probe.db_sleep":
+        wait_until(lambda: _queries_running("SELECT pg_sleep%") == 1, message="the query to start")
     assert stop(worker) == 0
     job.refresh_from_db()
     assert job.status == "queued" and job.attempts == 0 and job.worker_id == ""
