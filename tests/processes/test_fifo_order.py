@@ -41,10 +41,10 @@ def _run_in_order_of_enqueue(jobs) -> None:
     assert ran == [job.id for job in jobs]
 
 
-def _batch_behind_a_slow_job(queue_config, **settings: str):
-    """14 FIFO jobs, the second sleeping a second, and the settings of workers that claim up
-    to 7 at once: the first claim takes one job (nothing has run yet), the next the slow one
-    and six behind it. Returns (child environment, jobs), the jobs already in Redis."""
+def _batch_behind_a_slow_job(queue_config, slow: float = 1.0, **settings: str):
+    """14 FIFO jobs, the second sleeping ``slow`` seconds, and the settings of workers that
+    claim up to 7 at once: the first claim takes one job (nothing has run yet), the next the
+    slow one and six behind it. Returns (child environment, jobs), the jobs already in Redis."""
     queue_config(QUEUES="default,bulk:fifo")
     env = child_env(
         JOBQUEUE_QUEUES="default,bulk:fifo",
@@ -52,7 +52,7 @@ def _batch_behind_a_slow_job(queue_config, **settings: str):
         JOBQUEUE_WORKER_CLAIM_AHEAD_SECONDS="600",
         **settings,
     )
-    sleeps = [0, 1.0] + [0] * 12
+    sleeps = [0, slow] + [0] * 12
     jobs = [
         enqueue_job("probe.run", {"n": n, "sleep": sleep}, queue="bulk") for n, sleep in enumerate(sleeps)
     ]
@@ -80,7 +80,8 @@ def test_a_batch_claimed_behind_a_slow_fifo_job_is_not_released_behind_later_job
 def test_a_worker_stopped_mid_batch_leaves_its_fifo_jobs_first_in_line(queue_config):
     """SIGTERM (a deploy) while a batch's first job runs: the rest of the batch is handed
     back at the head of the list, and the next worker runs it before the later jobs."""
-    env, jobs = _batch_behind_a_slow_job(queue_config, JOBQUEUE_WORKER_RELEASE_AFTER_SECONDS="600")
+    # The stop must reach the worker while the slow job runs: seconds to spare on a loaded machine.
+    env, jobs = _batch_behind_a_slow_job(queue_config, slow=4.0, JOBQUEUE_WORKER_RELEASE_AFTER_SECONDS="600")
     relay = manage("runrelay", env=env, stderr=subprocess.DEVNULL)
     try:
         first = manage("runworker", "--queues=bulk", env=env, stderr=subprocess.DEVNULL)

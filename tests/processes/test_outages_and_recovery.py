@@ -116,9 +116,11 @@ def test_completion_written_while_postgres_is_down_is_kept_and_written_later(pos
         "runworker",
         DATABASE_URL=postgres_via(connection.settings_dict, postgres_link),
         DATABASE_POOL_TIMEOUT="1",
+        LOG_LEVEL="DEBUG",
     )
     children.append(worker)
-    wait_until(lambda: Job.objects.get(id=job.id).status == "processing", message="job to start")
+    # Its handler running, not only claimed: a start late after the claim writes to PostgreSQL.
+    wait_until(lambda: events.named("job_started"), message="job to start")
     postgres_link.stop()  # the handler finishes while PostgreSQL is unreachable
     wait_until(lambda: events.named("store_unavailable"), timeout=30, message="the failed completion")
     assert Job.objects.get(id=job.id).status == "processing"  # not reported completed

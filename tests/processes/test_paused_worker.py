@@ -33,7 +33,8 @@ def test_resumed_worker_does_not_start_batch_jobs_whose_lease_it_lost(relay_path
         warm_up = enqueue_job("probe.run")  # a first job, so the worker claims batches
         relay_all()
         wait_until(lambda: Job.objects.filter(id=warm_up.id, status="completed").exists(), message="warm-up")
-        running = enqueue_job("probe.run", {"sleep": 1.5}, priority="high")
+        # Long enough that the stop below lands while it runs, however loaded the machine.
+        running = enqueue_job("probe.run", {"sleep": 4}, priority="high")
         waiting = enqueue_jobs([JobRequest(type="probe.run") for _ in range(2)])
         relay_all()  # one push of all three: the worker's next pop takes them as one batch
         wait_until(lambda: Execution.objects.filter(job_id=running.id).exists(), message="first job to start")

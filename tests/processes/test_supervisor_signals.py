@@ -12,7 +12,7 @@ import time
 import pytest
 
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
-from tests.helpers import PROJECT_ROOT, child_env, kill_group, manage, relay_all, wait_until
+from tests.helpers import PROJECT_ROOT, child_env, kill_group, relay_all, wait_until
 from tests.probe.models import Execution
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.redis]
@@ -38,6 +38,19 @@ def slow_init(self, *args, **kwargs):
 worker.Worker.__init__ = slow_init
 from django.core.management import call_command
 call_command("runworker", "--name=starting-worker")
+"""
+
+
+# runworker with a 5 s restart back-off instead of 1 s: a stop sent within it lands there
+# for sure, however late a loaded machine lets the test send it.
+LONG_BACKOFF = """
+import django
+django.setup()
+from queue_app.runtime import supervisor
+
+supervisor.RESTART_BACKOFF_SECONDS = 5.0
+from django.core.management import call_command
+call_command("runworker")
 """
 
 
@@ -84,13 +97,20 @@ def test_a_stop_while_a_worker_process_starts_reaches_the_worker_and_everything_
 
 
 def test_a_stop_during_the_restart_back_off_starts_no_new_worker_process():
-    """A worker process that died is replaced after a second's back-off. A stop within that
-    second reached only the processes alive; the replacement, started after it, never heard
-    of it, ran the queue's next jobs and was killed at the end of the shutdown grace."""
+    """A worker process that died is replaced after a back-off. A stop within it reached only
+    the processes alive; the replacement, started after it, never heard of it, ran the
+    queue's next jobs and was killed at the end of the shutdown grace."""
     poison = enqueue_job("probe.poison", {"how": "os_exit"})
     others = enqueue_jobs([JobRequest(type="probe.run") for _ in range(3)])
     relay_all()
-    process = manage("runworker", env=child_env(LOG_LEVEL="INFO"), stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-c", LONG_BACKOFF],
+        cwd=PROJECT_ROOT,
+        env=child_env(LOG_LEVEL="INFO"),
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     events = _events(process)
     try:
         # The supervisor settled the dead process's jobs; the back-off follows.
@@ -102,7 +122,7 @@ def test_a_stop_during_the_restart_back_off_starts_no_new_worker_process():
         )
         time.sleep(0.2)
         os.kill(process.pid, signal.SIGTERM)
-        assert process.wait(timeout=10) == 0  # the shutdown grace is 20 s
+        assert process.wait(timeout=15) == 0  # the back-off is 5 s, the shutdown grace 20 s
     finally:
         kill_group(process)
     names = [e["event"] for e in events]

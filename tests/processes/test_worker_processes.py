@@ -132,9 +132,10 @@ def test_a_retry_falls_due_and_is_made_ready_while_the_only_worker_runs_a_long_j
     between jobs: another worker of the queue could take the due job meanwhile."""
     worker = manage("runworker", stderr=subprocess.DEVNULL)
     processes.append(worker)
-    long_job = enqueue_job("probe.run", {"sleep": 8})
+    long_job = enqueue_job("probe.run", {"sleep": 15})
     wait_until(lambda: status_of(long_job) == "processing", message="the long job to start")
-    due_soon = enqueue_job("probe.run", run_at=timezone.now() + timedelta(seconds=0.5))
+    # Due after the relay (below) has surely put it in the retry set, even on a loaded machine.
+    due_soon = enqueue_job("probe.run", run_at=timezone.now() + timedelta(seconds=3))
     relay_all()  # the scheduled job's outbox row puts it in the retry set
     assert redis_client.zscore(broker.retry_key("default"), str(due_soon.id)) is not None
 
@@ -142,7 +143,7 @@ def test_a_retry_falls_due_and_is_made_ready_while_the_only_worker_runs_a_long_j
         members = redis_client.zrange(broker.priority_key("default"), 0, -1)
         return str(due_soon.id) in {broker.member_job_id(member) for member in members}
 
-    wait_until(made_ready, timeout=5, message="the due job to be made ready")
+    wait_until(made_ready, timeout=10, message="the due job to be made ready")
     assert status_of(long_job) == "processing"
     stop(worker, signal.SIGKILL)
 

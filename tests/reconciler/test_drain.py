@@ -37,7 +37,9 @@ def test_flushed_redis_is_rebuilt_and_workers_drain_every_job(redis_client):
     jobs = enqueue(980)
     # Some were scheduled and their time has come since; some are still waiting.
     set_fields([j.id for j in jobs[:100]], next_retry_at=timezone.now() - timedelta(minutes=5))
-    enqueue(20, run_at=timezone.now() + timedelta(seconds=8))
+    # Far enough ahead that they are still waiting when the reconciler reads them, however slow
+    # the machine; made due (in PostgreSQL and Redis) before the worker runs.
+    waiting = enqueue(20, run_at=timezone.now() + timedelta(minutes=5))
     relay_all()
     assert redis_client.zcard(broker.priority_key("default")) == 980
     redis_client.flushdb()  # Redis restarted without persistence
@@ -46,6 +48,9 @@ def test_flushed_redis_is_rebuilt_and_workers_drain_every_job(redis_client):
     assert summary.startswith("reconcile: restored_ready=980 restored_retry=20 removed_stale=0 ")
     assert redis_client.zcard(broker.priority_key("default")) == 980
     assert redis_client.zcard(broker.retry_key("default")) == 20
+    due = timezone.now()
+    set_fields([j.id for j in waiting], next_retry_at=due)
+    redis_client.zadd(broker.retry_key("default"), {str(j.id): broker.due_score(due) for j in waiting})
 
     run("runworker", "--burst", "--with-scheduled", "--queues", "default", "--concurrency", "1", timeout=300)
 
