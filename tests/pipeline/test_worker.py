@@ -256,7 +256,8 @@ def test_cancelling_a_running_job_stops_its_handler(queue_config):
     stop = threading.Event()
 
     def cancel_once_running():
-        if Job.objects.filter(id=job.id, status="processing").exists():
+        # Its handler running (its Execution row), not only claimed.
+        if Execution.objects.filter(job_id=job.id).exists():
             services.cancel_job(job.id)
             stop.set()
 
