@@ -54,6 +54,19 @@ call_command("runworker")
 """
 
 
+def _start(script: str) -> tuple[subprocess.Popen, list[dict]]:
+    """Run one of the scripts above as its own process group; its JSON log events as they come."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", script],
+        cwd=PROJECT_ROOT,
+        env=child_env(LOG_LEVEL="INFO"),
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    return process, _events(process)
+
+
 def _events(process: subprocess.Popen) -> list[dict]:
     """The process's JSON log events, appended as it writes them."""
     events: list[dict] = []
@@ -69,15 +82,7 @@ def _events(process: subprocess.Popen) -> list[dict]:
 
 
 def test_a_stop_while_a_worker_process_starts_reaches_the_worker_and_everything_exits_0():
-    process = subprocess.Popen(
-        [sys.executable, "-c", SLOW_START],
-        cwd=PROJECT_ROOT,
-        env=child_env(LOG_LEVEL="INFO"),
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    events = _events(process)
+    process, events = _start(SLOW_START)
     try:
         wait_until(
             lambda: any(e["event"] == "test_worker_building" for e in events),
@@ -103,15 +108,7 @@ def test_a_stop_during_the_restart_back_off_starts_no_new_worker_process():
     poison = enqueue_job("probe.poison", {"how": "os_exit"})
     others = enqueue_jobs([JobRequest(type="probe.run") for _ in range(3)])
     relay_all()
-    process = subprocess.Popen(
-        [sys.executable, "-c", LONG_BACKOFF],
-        cwd=PROJECT_ROOT,
-        env=child_env(LOG_LEVEL="INFO"),
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    events = _events(process)
+    process, events = _start(LONG_BACKOFF)
     try:
         # The supervisor settled the dead process's jobs; the back-off follows.
         wait_until(
