@@ -24,6 +24,20 @@ def ticks() -> list[datetime]:
     return sorted(datetime.fromisoformat(key.removeprefix("schedule:every-second:")) for key in keys)
 
 
+def passed_over(missed_events: list[dict]) -> set[datetime]:
+    """The one-second ticks ``schedule_ticks_missed`` events name: first_missed up to running."""
+    ticks = set()
+    for event in missed_events:
+        tick, running = (
+            datetime.fromisoformat(event["first_missed"]),
+            datetime.fromisoformat(event["running"]),
+        )
+        while tick < running:
+            ticks.add(tick)
+            tick += timedelta(seconds=1)
+    return ticks
+
+
 def test_two_schedulers_for_three_ticks_give_three_jobs():
     env = child_env(JOBQUEUE_SCHEDULES=SCHEDULES, LOG_LEVEL="INFO")
     started = [Events(manage("runscheduler", env=env, stderr=subprocess.PIPE, text=True)) for _ in range(2)]
@@ -47,7 +61,10 @@ def test_two_schedulers_for_three_ticks_give_three_jobs():
         for process in schedulers:
             kill_group(process)
     seen = ticks()
-    assert [tick for tick in seen if tick <= third] == [first, first + timedelta(seconds=1), third]
-    # Ticks after the third (until both stopped) are each there once, none skipped.
-    assert seen == [first + timedelta(seconds=n) for n in range(len(seen))]
+    # Every tick from the first until both stopped is there once, but for the policy of a
+    # scheduler that fell behind (stalled over a second on a loaded machine): it runs the
+    # latest tick only and logs those it passed over, which alone may be absent.
+    skipped = passed_over([event for each in started for event in each.named("schedule_ticks_missed")])
+    every = [first + timedelta(seconds=n) for n in range(int((seen[-1] - first).total_seconds()) + 1)]
+    assert seen == [tick for tick in every if tick not in skipped]
     assert Job.objects.filter(type="demo.echo").count() == len(seen)
