@@ -162,7 +162,7 @@ class Slots:
         job, spec = slot.job, slot.spec
         limit = spec.time_limit or queue_settings().DEFAULT_TIME_LIMIT_SECONDS
         if slot.late:
-            execution.mark_started(job.id, job.fence)
+            self.worker.record_late_start(job)
         soft_deadline = time.monotonic() + limit
         with self._changed:
             slot.hard_deadline = soft_deadline + queue_settings().HARD_TIME_LIMIT_GRACE_SECONDS

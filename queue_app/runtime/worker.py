@@ -635,7 +635,7 @@ class Worker:
             )
             return
         if late:
-            execution.mark_started(job.id, job.fence)
+            self.record_late_start(job)
         self._limit = spec.time_limit or queue_settings().DEFAULT_TIME_LIMIT_SECONDS
         self.current = job
         self.soft_deadline = time.monotonic() + self._limit
@@ -730,6 +730,18 @@ class Worker:
             job.id, job.fence, error, retry=retry, error_class=error_class, traceback=error_traceback
         )
         self.held.pop(job.id, None)
+
+    @staticmethod
+    def record_late_start(job: ClaimedJob) -> None:
+        """started_at is a job's start, not its claim. Best effort: with PostgreSQL unreachable
+        the job runs anyway (its claim is committed, its completion waits for the store), where
+        failing here would drop it to wait out its lease and be charged an attempt it never
+        had; started_at then stays at the claim."""
+        try:
+            execution.mark_started(job.id, job.fence)
+        except OutageGuard.errors as exc:
+            log.warning("job_start_time_not_recorded", job_id=job.id, error=str(exc)[:300])
+            connection.close()  # the next query connects afresh, not through the broken one
 
     @staticmethod
     def _start_from_a_usable_connection() -> None:

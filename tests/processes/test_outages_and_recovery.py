@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 
 from queue_app.models import Job, JobLog
-from queue_app.services import enqueue_job
+from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
 from tests.helpers import Events, child_env, kill_group, manage, ready_score, relay_all, wait_until
 from tests.probe.models import Execution
 from tests.reconciler.proxy import postgres_proxy, postgres_via, redis_proxy, redis_via
@@ -128,6 +128,50 @@ def test_completion_written_while_postgres_is_down_is_kept_and_written_later(pos
     wait_until(lambda: Job.objects.get(id=job.id).status == "completed", timeout=30, message="completion")
     job.refresh_from_db()
     assert job.attempts == 1 and job.result == {"slept": 2.0}
+
+
+def test_a_job_starting_late_while_postgres_is_down_runs_and_is_settled_once(postgres_link, children):
+    """A job claimed with others starts after them and then records its start time. With
+    PostgreSQL cut at that moment it runs anyway and is settled once the store is back: not
+    dropped to wait out its lease and be charged an attempt it never had."""
+    worker, events = start(
+        "runworker",
+        DATABASE_URL=postgres_via(connection.settings_dict, postgres_link),
+        DATABASE_POOL_TIMEOUT="1",
+        LOG_LEVEL="DEBUG",
+    )
+    children.append(worker)
+    warm_up = [enqueue_job("demo.echo", {"n": n}) for n in range(5)]
+    wait_until(
+        lambda: Job.objects.filter(id__in=[job.id for job in warm_up], status="completed").count() == 5,
+        message="warm-up jobs",
+    )  # short jobs so far: the worker now claims several at once
+    slow, late = enqueue_jobs(  # one push, so one claim takes both
+        [JobRequest(type="demo.sleep", payload={"seconds": 2}), JobRequest(type="demo.echo")]
+    )
+    wait_until(
+        lambda: any(event["job_id"] == str(slow.id) for event in events.named("job_started")),
+        message="the slow job to start",
+    )
+    assert Job.objects.get(id=late.id).status == "processing"  # claimed with it, waiting
+    postgres_link.stop()
+    wait_until(  # its main loop meets the outage once it is through the claimed jobs
+        lambda: [e for e in events.named("store_unavailable") if e["process"].startswith("worker ")],
+        timeout=30,
+        message="the worker to meet the outage",
+    )
+    postgres_link.start()
+    wait_until(
+        lambda: Job.objects.filter(id__in=[slow.id, late.id], status="completed").count() == 2,
+        timeout=30,
+        message="both settled after the outage",
+    )
+    for job in (slow, late):
+        job.refresh_from_db()
+        assert job.attempts == 1 and job.last_error == ""
+    assert late.result == {}
+    [skipped] = events.named("job_start_time_not_recorded")
+    assert skipped["job_id"] == str(late.id)
 
 
 def test_worker_restarted_with_the_same_name_settles_its_old_job_at_once(children):
