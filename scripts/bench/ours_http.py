@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 
-from common import python, spawn, stop, wait_until
+from common import python, spawn, stop_all, wait_until
 from ours import environment, reset_stores, setup_django
 
 SERVER_PROCESSES = 2
@@ -90,7 +90,7 @@ def main() -> None:
             thread.join()
         seconds = time.perf_counter() - started
     finally:
-        stop(server)
+        stop_all([server])
     if failures:
         raise SystemExit(f"{len(failures)} requests failed, e.g. {failures[0]}")
     with connection.cursor() as cursor:
