@@ -21,6 +21,12 @@ def start(*args: str, **env: str) -> tuple[subprocess.Popen, Events]:
     return process, Events(process)
 
 
+def start_behind(postgres_link, *args: str, **env: str) -> tuple[subprocess.Popen, Events]:
+    """Start a command that reaches PostgreSQL through ``postgres_link``, which the test cuts."""
+    url = postgres_via(connection.settings_dict, postgres_link)
+    return start(*args, DATABASE_URL=url, DATABASE_POOL_TIMEOUT="1", **env)
+
+
 @pytest.fixture
 def postgres_link():
     proxy = postgres_proxy(connection.settings_dict)
@@ -46,13 +52,7 @@ def children():
 
 
 def test_relay_rides_out_a_postgres_outage(postgres_link, children, redis_client):
-    relay, events = start(
-        "runrelay",
-        "--poll=0.2",
-        DATABASE_URL=postgres_via(connection.settings_dict, postgres_link),
-        DATABASE_POOL_TIMEOUT="1",
-        LOG_LEVEL="DEBUG",
-    )
+    relay, events = start_behind(postgres_link, "runrelay", "--poll=0.2", LOG_LEVEL="DEBUG")
     children.append(relay)
     wait_until(lambda: events.named("relay_started"), message="relay to start")
     postgres_link.stop()
@@ -74,11 +74,7 @@ def test_a_worker_started_while_postgres_is_down_stops_cleanly_on_sigterm(postgr
     """Its supervisor waits for PostgreSQL (the worker name's lock) with its stop signals
     already handled: SIGTERM ends the wait and the process exits 0, not killed by the signal."""
     postgres_link.stop()
-    worker, events = start(
-        "runworker",
-        DATABASE_URL=postgres_via(connection.settings_dict, postgres_link),
-        DATABASE_POOL_TIMEOUT="1",
-    )
+    worker, events = start_behind(postgres_link, "runworker")
     children.append(worker)
     wait_until(lambda: events.named("store_unavailable"), timeout=30, message="the supervisor to wait")
     assert not events.named("worker_process_started")
@@ -112,12 +108,7 @@ def test_worker_rides_out_a_redis_outage(redis_link, children):
 def test_completion_written_while_postgres_is_down_is_kept_and_written_later(postgres_link, children):
     job = enqueue_job("demo.sleep", {"seconds": 2})
     relay_all()
-    worker, events = start(
-        "runworker",
-        DATABASE_URL=postgres_via(connection.settings_dict, postgres_link),
-        DATABASE_POOL_TIMEOUT="1",
-        LOG_LEVEL="DEBUG",
-    )
+    worker, events = start_behind(postgres_link, "runworker", LOG_LEVEL="DEBUG")
     children.append(worker)
     # Its handler running, not only claimed: a start late after the claim writes to PostgreSQL.
     wait_until(lambda: events.named("job_started"), message="job to start")
@@ -134,12 +125,7 @@ def test_a_job_starting_late_while_postgres_is_down_runs_and_is_settled_once(pos
     """A job claimed with others starts after them and then records its start time. With
     PostgreSQL cut at that moment it runs anyway and is settled once the store is back: not
     dropped to wait out its lease and be charged an attempt it never had."""
-    worker, events = start(
-        "runworker",
-        DATABASE_URL=postgres_via(connection.settings_dict, postgres_link),
-        DATABASE_POOL_TIMEOUT="1",
-        LOG_LEVEL="DEBUG",
-    )
+    worker, events = start_behind(postgres_link, "runworker", LOG_LEVEL="DEBUG")
     children.append(worker)
     warm_up = [enqueue_job("demo.echo", {"n": n}) for n in range(5)]
     wait_until(
