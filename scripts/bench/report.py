@@ -21,6 +21,55 @@ ROWS = [
     ("reconcile_rss_mib", "reconcile peak RSS (MiB)", "{:.0f}"),
 ]
 
+# The performance goals: (key, peer or None for an absolute bound, bound, higher is better).
+GOALS = [
+    ("enqueue", "pgqueuer", 1.0, True),
+    ("enqueue", "django-tasks-db", 1.5, True),
+    ("bulk_enqueue", "procrastinate", 1.5, True),
+    ("drain_1", "pgqueuer", 1.25, True),
+    ("drain_1", "celery", 3.0, True),
+    ("drain_2", "pgqueuer", 1.1, True),
+    ("latency_p50_ms", None, 2.0, False),
+    ("latency_p99_ms", None, 5.0, False),
+    ("http_submit", None, 1000.0, True),
+    ("reconcile_s", None, 60.0, False),
+    ("reconcile_rss_mib", None, 256.0, False),
+]
+LABELS = {key: label for key, label, _ in ROWS}
+
+
+def goals(results: dict) -> list[dict]:
+    """Each goal this run can judge: the figure or ratio it reached and whether that meets it.
+    The goals are for the full workload: a smaller run (--quick, --jobs) judges none, a
+    reconcile of fewer than 1,000,000 jobs not the reconcile's."""
+    if results["workload"]["jobs"] < 5_000:
+        return []
+    ours = results["medians"].get("ours", {})
+    full_reconcile = (results.get("reconcile") or {}).get("reconcile_jobs", 0) >= 1_000_000
+    judged = []
+    for key, peer, bound, higher in GOALS:
+        if key.startswith("reconcile") and not full_reconcile:
+            continue
+        value = results["ratios"].get(peer, {}).get(key) if peer else ours.get(key)
+        if value is None:
+            continue
+        met = value >= bound if higher else value <= bound
+        judged.append(
+            {"figure": key, "peer": peer, "bound": bound, "higher": higher, "value": value, "met": met}
+        )
+    return judged
+
+
+def _goal_line(goal: dict) -> str:
+    label = LABELS[goal["figure"]]
+    sign = ">=" if goal["higher"] else "<="
+    if goal["peer"]:
+        wanted, reached = f"{sign} {goal['bound']:g}x {goal['peer']}", f"{goal['value']:.2f}x"
+    else:
+        wanted, reached = f"{sign} {goal['bound']:,g}", f"{goal['value']:,.1f}"
+    return f"  {'met    ' if goal['met'] else 'not met'}  {label} {wanted}: {reached}"
+
+
 CAVEATS = """\
 Caveats: durability is not equal. Redis runs here with persistence {redis_persistence}; Celery keeps no
 record of a job once acked (no result backend) and loses queued jobs with Redis. This project,
@@ -75,6 +124,10 @@ def render(results: dict, peers: list[str]) -> str:
         table += ["", *(f"FAILED {run['system']}: {run['error']}" for run in results["errors"])]
     if isinstance(results.get("reconcile"), dict) and "error" in results["reconcile"]:
         table.append(f"FAILED reconcile: {results['reconcile']['error']}")
+    judged = goals(results)
+    if judged:
+        table += ["", "Goals (ours, medians of every round; ratios ours / peer in this run):"]
+        table += [_goal_line(goal) for goal in judged]
     persistence = f"appendonly={machine['redis_appendonly']}, save='{machine['redis_save']}'"
     table += [
         "",

@@ -25,7 +25,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from common import BENCH_DIR, ROOT, Workload, python, redis_url
-from report import render
+from report import goals, render
 
 PEERS = {
     "pgqueuer": "peer_pgqueuer",
@@ -177,6 +177,7 @@ def main() -> int:
         }
         for peer in peers
     }
+    results["goals"] = goals(results)
     results["errors"] = [run for run in results["runs"] if "error" in run]
     results["seconds"] = time.monotonic() - started
     results["phase_seconds"] = phase_seconds
