@@ -67,7 +67,8 @@ def _goal_line(goal: dict) -> str:
         wanted, reached = f"{sign} {goal['bound']:g}x {goal['peer']}", f"{goal['value']:.2f}x"
     else:
         wanted, reached = f"{sign} {goal['bound']:,g}", f"{goal['value']:,.1f}"
-    return f"  {'met    ' if goal['met'] else 'not met'}  {label} {wanted}: {reached}"
+    verdict = "met" if goal["met"] else "not met"
+    return f"  {verdict:<7}  {label} {wanted}: {reached}"
 
 
 CAVEATS = """\
@@ -124,7 +125,7 @@ def render(results: dict, peers: list[str]) -> str:
         table += ["", *(f"FAILED {run['system']}: {run['error']}" for run in results["errors"])]
     if isinstance(results.get("reconcile"), dict) and "error" in results["reconcile"]:
         table.append(f"FAILED reconcile: {results['reconcile']['error']}")
-    judged = goals(results)
+    judged = results.get("goals", [])
     if judged:
         table += ["", "Goals (ours, medians of every round; ratios ours / peer in this run):"]
         table += [_goal_line(goal) for goal in judged]
