@@ -150,12 +150,15 @@ def ready_score(client, job_id, queue: str = "default") -> float | None:
 
 
 def listening_backends() -> set[int]:
-    """Server pids of this database's sessions whose last statement was the relay's LISTEN."""
+    """Server pids of this database's sessions whose last statement was the relay's LISTEN,
+    finished: a LISTEN still running (state 'active') registers only at its commit, and a
+    NOTIFY sent before then never reaches it."""
     from queue_app.engine import sql
 
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query = %s",
+            "SELECT pid FROM pg_stat_activity"
+            " WHERE datname = current_database() AND query = %s AND state = 'idle'",
             [sql.query("listen_outbox")],
         )
         return {row[0] for row in cursor.fetchall()}
