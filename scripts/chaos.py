@@ -89,7 +89,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--redis-db", type=int, default=7, help="Redis database number (default 7)")
     parser.add_argument(
-        "--settle-timeout", type=float, default=120.0, help="seconds after the faults for every job to end"
+        "--settle-timeout",
+        type=float,
+        help="seconds after the faults for every job to end (default 120, or 0.12 per job"
+        " when more: the long form leaves a backlog of about a thousand jobs to drain)",
     )
     parser.add_argument(
         "--min-faults-per-kind",
@@ -106,6 +109,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--redis-db: 0, 14 and 15 belong to others (the default db and the test suite's)")
     if args.workers < 1 or args.relays < 1 or args.jobs < 1:
         parser.error("--workers, --relays and --jobs must be at least 1")
+    if args.settle_timeout is None:
+        args.settle_timeout = max(120.0, 0.12 * args.jobs)
     if args.seed is None:
         args.seed = int.from_bytes(os.urandom(4), "big") % 1_000_000
     return args
@@ -467,6 +472,8 @@ def exercise(
         figures.seconds_to_terminal = time.monotonic() - last_fault
     except TimeoutError as exc:
         print(exc)
+        figures.settle_timeout = args.settle_timeout
+        figures.unsettled_at_timeout = with_database(count_unsettled)
     stop_clients.set()
     figures.faults_applied, figures.faults_skipped = injector.applied, injector.skipped
     figures.faults_planned = Counter(fault.kind for fault in fault_plan(args))

@@ -28,6 +28,9 @@ class Figures:
     api_actions: Counter = field(default_factory=Counter)
     api_retried_errors: Counter = field(default_factory=Counter)
     seconds_to_terminal: float | None = None
+    # When they did not all end within --settle-timeout: the limit, and how many had not.
+    settle_timeout: float = 0.0
+    unsettled_at_timeout: int = 0
     total_seconds: float = 0.0
     reconcile_summary: str = ""
     database: dict = field(default_factory=dict)
@@ -88,7 +91,14 @@ def render(figures: Figures, results: list[Result]) -> str:
     redelivery = db.get("redelivered", 0) / executed if executed else 0.0
     retried = sum(s.tries for s in figures.submissions) - len(figures.submissions)
     actions = Counter({f"{action}:{status}": n for (action, status), n in figures.api_actions.items()})
-    settle = f"{figures.seconds_to_terminal:.1f} s" if figures.seconds_to_terminal is not None else "never"
+    if figures.seconds_to_terminal is not None:
+        settle = f"{figures.seconds_to_terminal:.1f} s"
+    else:
+        # A backlog still draining, or a stranded job (every_job_ends_as_expected tells which).
+        settle = (
+            f"not within the settle timeout of {figures.settle_timeout:g} s"
+            f" ({figures.unsettled_at_timeout} jobs still queued or running then)"
+        )
     lines = [
         "== Chaos run",
         f"seed {figures.seed}, {figures.jobs_planned} jobs planned, {figures.stores}",
