@@ -129,24 +129,29 @@ class Relay:
             log.info("outbox_pruned", count=deleted)
         return deleted
 
-    def _listen(self) -> psycopg.Connection:
-        """A dedicated autocommit connection outside Django's pool, for NOTIFY."""
-        if self._listener is None or self._listener.closed:
-            params = connection.get_connection_params()
-            params.pop("cursor_factory", None)
-            params.pop("context", None)
-            params.pop("server_side_binding", None)
-            self._listener = psycopg.connect(**params, autocommit=True)
-            self._listener.execute(sql.query("listen_outbox"))
-        return self._listener
+    def _listen(self) -> None:
+        """LISTEN on a dedicated autocommit connection outside Django's pool, for NOTIFY."""
+        params = connection.get_connection_params()
+        params.pop("cursor_factory", None)
+        params.pop("context", None)
+        params.pop("server_side_binding", None)
+        self._listener = psycopg.connect(**params, autocommit=True)
+        self._listener.execute(sql.query("listen_outbox"))
 
     def wait_for_notification(self) -> None:
-        """Sleep until a NOTIFY arrives or the poll interval passes (the fallback)."""
+        """Sleep until a NOTIFY arrives or the poll interval passes (the fallback).
+
+        Without a listener yet (the first wait, or after its connection failed) it
+        LISTENs and returns at once: a NOTIFY reaches only sessions already listening,
+        so rows committed since the last drain read the outbox need one more drain.
+        """
         try:
-            listener = self._listen()
-            ready, _, _ = select.select([listener.fileno()], [], [], self.poll_seconds)
+            if self._listener is None or self._listener.closed:
+                self._listen()
+                return
+            ready, _, _ = select.select([self._listener.fileno()], [], [], self.poll_seconds)
             if ready:
-                for _ in listener.notifies(timeout=0):
+                for _ in self._listener.notifies(timeout=0):
                     pass
         except (psycopg.Error, OSError) as exc:
             if self._listener is not None:

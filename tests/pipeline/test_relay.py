@@ -37,6 +37,42 @@ def test_relay_wakes_on_notify_long_before_its_poll_interval(redis_client):
         kill_group(relay)
 
 
+def test_a_row_committed_between_the_first_drain_and_the_listen_goes_out_without_a_poll(
+    redis_client, monkeypatch
+):
+    """A NOTIFY reaches only sessions already listening: a row committed after the relay's
+    drain read the outbox and before its LISTEN registered would wait out the poll. A new
+    LISTEN is followed by one more drain."""
+    original_listen = Relay._listen
+    late: list = []
+
+    def listen_after_a_commit(relay):
+        if not late:
+            late.append(enqueue_job("demo.echo"))  # committed, and notified to nobody yet
+        return original_listen(relay)
+
+    monkeypatch.setattr(Relay, "_listen", listen_after_a_commit)
+    relay = Relay(poll_seconds=60)
+
+    def run():
+        try:
+            relay.run()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        wait_until(lambda: late, message="the relay's LISTEN")
+        wait_until(lambda: ready_score(redis_client, str(late[0].id)) is not None, timeout=10)
+    finally:
+        relay.stopping = True
+        with connection.cursor() as cursor:
+            cursor.execute("NOTIFY jobqueue_outbox")  # wakes it from its wait to see the stop
+        thread.join(timeout=30)
+    assert not thread.is_alive()
+
+
 def test_two_relays_share_the_outbox_without_sending_a_row_twice(redis_client, monkeypatch):
     enqueue_jobs([JobRequest(type="demo.echo") for _ in range(2000)])
     sent: list[int] = []
