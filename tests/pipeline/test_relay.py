@@ -10,6 +10,7 @@ from django.db import connection
 from django.db.models.functions import Now
 
 from queue_app import broker, services
+from queue_app.engine.outbox import notify_relay
 from queue_app.models import OutboxMessage
 from queue_app.runtime.relay import Relay
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
@@ -67,8 +68,7 @@ def test_a_row_committed_between_the_first_drain_and_the_listen_goes_out_without
         wait_until(lambda: ready_score(redis_client, str(late[0].id)) is not None, timeout=10)
     finally:
         relay.stopping = True
-        with connection.cursor() as cursor:
-            cursor.execute("NOTIFY jobqueue_outbox")  # wakes it from its wait to see the stop
+        notify_relay()  # wakes it from its wait to see the stop
         thread.join(timeout=30)
     assert not thread.is_alive()
 
