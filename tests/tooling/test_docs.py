@@ -87,3 +87,39 @@ def test_the_readme_opens_with_the_two_commands_and_its_links_resolve():
     assert links, "the README links into docs/"
     missing = [link for link in links if not (PROJECT_ROOT / link).exists()]
     assert missing == []
+
+
+def test_the_settings_reference_names_every_setting():
+    """Every environment variable the project's settings read and every JOBQUEUE key has its entry."""
+    page = (DOCS / "reference" / "settings.md").read_text()
+    source = (PROJECT_ROOT / "jobsite" / "settings.py").read_text()
+    variables = set(re.findall(r"(?:_env_\w+|environ\.get)\(\s*\"([A-Z][A-Z0-9_]+)\"", source))
+    conf = ast.parse((PROJECT_ROOT / "queue_app" / "conf.py").read_text())
+    queue_settings = next(n for n in conf.body if isinstance(n, ast.ClassDef) and n.name == "QueueSettings")
+    keys = {n.target.id for n in queue_settings.body if isinstance(n, ast.AnnAssign)}
+    assert len(variables) > 20 and len(keys) > 20  # the patterns still find what the files hold
+    assert {name for name in variables | keys if f"`{name}`" not in page} == set()
+
+
+def test_the_commands_reference_names_every_command():
+    """Every management command of the app, and every ./dev command, has its row."""
+    page = (DOCS / "reference" / "commands.md").read_text()
+    commands = {path.stem for path in (PROJECT_ROOT / "queue_app/management/commands").glob("[!_]*.py")}
+    script = (PROJECT_ROOT / "dev").read_text()
+    cases = re.search(r"^case \"\$command\" in$(.*?)^esac$", script, flags=re.M | re.S).group(1)
+    patterns = re.findall(r"^    ([a-z| -]+)\)$", cases, flags=re.M)  # e.g. "stop | psql | redis-cli)"
+    dev_commands = {name.strip() for pattern in patterns for name in pattern.split("|")}
+    assert len(commands) > 5 and len(dev_commands) > 5
+    assert {name for name in commands if f"| `manage.py {name}" not in page} == set()
+    assert {name for name in dev_commands if f"`./dev {name}" not in page} == set()
+
+
+def test_the_rest_reference_names_every_operation_of_the_schema():
+    """Every method and path of the project's own OpenAPI schema (drf-spectacular) is on the page."""
+    from drf_spectacular.generators import SchemaGenerator
+
+    page = (DOCS / "reference" / "rest-api.md").read_text()
+    schema = SchemaGenerator().get_schema(request=None, public=True)
+    operations = {f"{method.upper()} {path}" for path, item in schema["paths"].items() for method in item}
+    assert len(operations) > 10
+    assert {operation for operation in operations if f"`{operation}`" not in page} == set()
