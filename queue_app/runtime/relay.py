@@ -28,8 +28,10 @@ keep the order that the current state cannot:
 Ready jobs on priority queues skip the relay on the common path: the
 process that enqueued them pushes them right after its commit
 (DISPATCH_ON_COMMIT). Their rows wait RELAY_GRACE_SECONDS; the relay then
-sends those whose job is still queued (the push was lost to a crash or an
-outage; a repeated push of the same member changes nothing).
+sends those whose job is still queued at that place (the push was lost to a
+crash or an outage; a repeated push of the same member changes nothing), and
+takes out the push of a job cancelled or retried since (it may have landed
+after the cancel's removal).
 """
 
 from __future__ import annotations
