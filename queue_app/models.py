@@ -146,9 +146,10 @@ class OutboxMessage(models.Model):
     member = models.CharField(max_length=60, blank=True, default="", db_default="")
     created_at = models.DateTimeField(db_default=Now())
     dispatched_at = models.DateTimeField(null=True, blank=True)
-    # Set when the committing process pushes the job to Redis itself (DISPATCH_ON_COMMIT):
-    # the relay leaves the row alone until then, and afterwards sends it only if the
-    # job is still queued (the push was lost with a crash or a Redis outage).
+    # The relay leaves the row alone until then. Set when the committing process pushes the
+    # job to Redis itself (DISPATCH_ON_COMMIT; afterwards the relay re-sends it only if the
+    # job is still queued), and to the end of a relay's claim while it pushes the row (if
+    # the relay dies before marking it, the row falls due again then).
     dispatch_after = models.DateTimeField(null=True, blank=True)
     # An enqueue onto a strict-FIFO list goes to its head instead of its tail: a job handed
     # back unstarted was ahead of every job enqueued after it and keeps that place.

@@ -286,7 +286,9 @@ def _dispatch(rows: list[dict[str, Any]]) -> None:
     for Redis's answer (``broker.send_ready``).
 
     A failure only costs time: the relay sends the rows of jobs still queued
-    once their RELAY_GRACE_SECONDS have passed.
+    once their RELAY_GRACE_SECONDS have passed. A push that lands late, after the
+    job was cancelled or retried, is taken out again by its row then (the relay
+    places a job by its current state, not by the row's values).
     """
     by_queue: dict[str, list[tuple[float, str]]] = {}
     for row in rows:
