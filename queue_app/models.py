@@ -47,6 +47,7 @@ class Job(models.Model):
     result = models.JSONField(null=True, blank=True)
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     # Hash of the request that first used the key: same key + other body = conflict.
+    # Keys are per owner (see Meta.constraints).
     idempotency_fingerprint = models.CharField(max_length=64, blank=True, default="")
     # Indexed only where set (see Meta): jobs enqueued from code have no owner.
     owner = models.ForeignKey(
@@ -94,10 +95,14 @@ class Job(models.Model):
             ),
         ]
         constraints = [
+            # A key is its owner's (the IETF Idempotency-Key draft scopes keys per client);
+            # jobs without an owner (enqueued from code) share one scope, hence NULLS NOT
+            # DISTINCT. The key leads, so the admin's search by key alone uses it too.
             models.UniqueConstraint(
-                fields=["idempotency_key"],
-                name="uq_jobs_idempotency_key",
+                fields=["idempotency_key", "owner"],
+                name="uq_jobs_owner_idempotency_key",
                 condition=models.Q(idempotency_key__isnull=False),
+                nulls_distinct=False,
             ),
         ]
 

@@ -21,7 +21,7 @@ def test_job_table_has_exactly_the_original_indexes():
         "idx_jobs_type",
         "idx_jobs_created_at",
         "idx_jobs_next_retry_at",
-        "uq_jobs_idempotency_key",
+        "uq_jobs_owner_idempotency_key",
         "idx_jobs_processing_queue",
         "idx_jobs_owner_created",
     }
@@ -38,11 +38,11 @@ def test_job_table_has_exactly_the_original_indexes():
     assert indexes["idx_jobs_next_retry_at"].endswith(
         "USING btree (next_retry_at) WHERE (next_retry_at IS NOT NULL)"
     )
-    assert indexes["uq_jobs_idempotency_key"].startswith("CREATE UNIQUE INDEX")
-    assert indexes["uq_jobs_idempotency_key"].endswith(
-        "USING btree (idempotency_key) WHERE (idempotency_key IS NOT NULL)"
+    assert indexes["uq_jobs_owner_idempotency_key"].startswith("CREATE UNIQUE INDEX")
+    assert indexes["uq_jobs_owner_idempotency_key"].endswith(
+        "USING btree (idempotency_key, owner_id) NULLS NOT DISTINCT WHERE (idempotency_key IS NOT NULL)"
     )
-    non_unique = [name for name in indexes if name not in ("jobs_pkey", "uq_jobs_idempotency_key")]
+    non_unique = [name for name in indexes if name not in ("jobs_pkey", "uq_jobs_owner_idempotency_key")]
     assert all("UNIQUE" not in indexes[name] for name in non_unique)
 
 

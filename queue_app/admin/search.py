@@ -67,12 +67,12 @@ def job_search_filter(search_term: str) -> Q:
 
     One or more full ids match the primary key (or an idempotency key)
     exactly. A hex prefix of 8+ digits, like the short id in the list, is a
-    primary-key range. Text that is an idempotency key finds that job alone
-    (one probe of the unique index). Anything else matches a registered type
-    containing it (an indexed IN list, from the registry) or the last error
-    containing its words in order: one ILIKE, skipping the empty errors of
-    successful jobs, so the planner estimates one condition, not a product
-    of guesses.
+    primary-key range. Text that is an idempotency key finds the jobs holding
+    it, one per owner at most (one probe of the unique index, which the key
+    leads). Anything else matches a registered type containing it (an indexed
+    IN list, from the registry) or the last error containing its words in
+    order: one ILIKE, skipping the empty errors of successful jobs, so the
+    planner estimates one condition, not a product of guesses.
     """
     words = search_words(search_term)
     text = " ".join(words)

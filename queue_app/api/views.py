@@ -66,7 +66,7 @@ AUTH_ERRORS = {
 NOT_FOUND = {404: _error("No such job, or not yours.")}
 CREATE_ERRORS = {
     400: _error("Invalid input; `errors` names the fields."),
-    409: _error("The idempotency key belongs to another user's job."),
+    409: _error("The request collided with a concurrent one (`transaction_conflict`); send it again."),
     413: _error("The payload or the request body is too large."),
     415: _error("The body is not application/json."),
     422: _error("The idempotency key was used with a different request."),

@@ -23,7 +23,6 @@ from queue_app.engine import sql
 from queue_app.engine.outbox import ready_placement
 from queue_app.exceptions import (
     IdempotencyConflict,
-    IdempotencyKeyInUse,
     InvalidJob,
     JobsRejected,
     QueueError,
@@ -349,15 +348,8 @@ def _created_job(planned: _Planned, owner, created_at: datetime, trace_context) 
     return job
 
 
-def _existing_for_key(existing: Job | None, planned: _Planned, owner) -> Job:
+def _existing_for_key(existing: Job, planned: _Planned) -> Job:
     """The job a repeated idempotency key refers to, or a conflict."""
-    if existing is None:
-        # The key's job was deleted between the insert and this look-up.
-        message = "this idempotency key's job just changed; try again"
-        raise IdempotencyKeyInUse(message, field="idempotency_key")
-    if (existing.owner_id or None) != (getattr(owner, "pk", None)):
-        # Reveal nothing about another owner's job.
-        raise IdempotencyKeyInUse("this idempotency key is already in use", field="idempotency_key")
     if existing.idempotency_fingerprint not in planned.fingerprints:
         raise IdempotencyConflict(
             "this idempotency key was used with a different request", field="idempotency_key"
@@ -366,30 +358,30 @@ def _existing_for_key(existing: Job | None, planned: _Planned, owner) -> Job:
     return existing
 
 
-@tracing.traced("jobqueue.enqueue")
-def enqueue_jobs(requests: Sequence[JobRequest], *, owner=None) -> list[Job]:
-    """Create jobs with their log and outbox rows, all or nothing.
+class _KeyJobVanished(Exception):
+    """A key's job was deleted (pruned) between the insert that met it and the look-up."""
 
-    Joins the caller's transaction when there is one: if it rolls back, no
-    job, no outbox row, and nothing ever reaches Redis. Each returned job has
-    ``was_created`` (False when an idempotency key matched an existing job).
-    Raises JobsRejected listing every job at fault (a broken rule, or a key
-    used with a different request or by another owner), with its index.
+
+def _existing_jobs(keys: list[str], owner) -> dict[str, Job]:
+    """The owner's jobs holding ``keys`` (jobs without an owner share one scope)."""
+    jobs = Job.objects.filter(idempotency_key__in=keys)
+    jobs = jobs.filter(owner=owner) if owner is not None else jobs.filter(owner__isnull=True)
+    return {job.idempotency_key: job for job in jobs}
+
+
+def _write(
+    planned: list[_Planned], rows: list[dict[str, Any]], owner, trace_context
+) -> tuple[list[Job], int]:
+    """Insert the planned jobs; (the call's jobs in request order, how many were created).
+
+    Raises _KeyJobVanished, inside the block that undoes this call's inserts,
+    when a key met by the insert has no job by the time it is looked up.
     """
-    checked = _check_all(requests)
-    if not checked:
-        return []
-    now = timezone.now()
-    # One microsecond apart keeps a call's request order among equal priorities.
-    planned = [_plan(item, now + timedelta(microseconds=index)) for index, item in enumerate(checked)]
     keyed = [job.request.idempotency_key for job in planned if job.request.idempotency_key]
     # One statement is atomic on its own, so without a caller's transaction it
     # runs in autocommit: no BEGIN/COMMIT round trips. A savepoint (or a
     # transaction) is needed only when a key conflict must undo the call's other jobs.
     undo_on_conflict = transaction.atomic() if keyed and len(planned) > 1 else nullcontext()
-    trace_context = tracing.current_context()
-    settings = queue_settings()
-    rows = [_row_values(job, settings) for job in planned]
     with undo_on_conflict:
         with sql.prepared() as cursor:
             created_at = _insert(cursor, rows, owner, trace_context)
@@ -401,28 +393,64 @@ def enqueue_jobs(requests: Sequence[JobRequest], *, owner=None) -> list[Job]:
             _dispatch(direct)  # committed already (autocommit)
         existing: dict[str, Job] = {}
         if len(created_at) < len(planned):
-            existing = {job.idempotency_key: job for job in Job.objects.filter(idempotency_key__in=keyed)}
+            existing = _existing_jobs(keyed, owner)
         jobs: list[Job] = []
         key_errors: list[QueueError] = []
         for index, job in enumerate(planned):
             if job.id in created_at:
                 jobs.append(_created_job(job, owner, created_at[job.id], trace_context))
                 continue
+            found = existing.get(job.request.idempotency_key)
+            if found is None:
+                raise _KeyJobVanished
             try:
-                jobs.append(_existing_for_key(existing.get(job.request.idempotency_key), job, owner))
-            except (IdempotencyConflict, IdempotencyKeyInUse) as exc:
+                jobs.append(_existing_for_key(found, job))
+            except IdempotencyConflict as exc:
                 exc.index = index
                 key_errors.append(exc)
         if key_errors:
             # Raised inside the block: the jobs this call inserted roll back with it.
-            raise JobsRejected(key_errors, total=len(requests))
+            raise JobsRejected(key_errors, total=len(planned))
+    return jobs, len(created_at)
+
+
+@tracing.traced("jobqueue.enqueue")
+def enqueue_jobs(requests: Sequence[JobRequest], *, owner=None) -> list[Job]:
+    """Create jobs with their log and outbox rows, all or nothing.
+
+    Joins the caller's transaction when there is one: if it rolls back, no
+    job, no outbox row, and nothing ever reaches Redis. Each returned job has
+    ``was_created`` (False when an idempotency key matched an existing job).
+    Idempotency keys are per owner: ``owner``'s earlier jobs (or, with no
+    owner, the earlier jobs without one) are the only ones a key can match.
+    Raises JobsRejected listing every job at fault (a broken rule, or a key
+    used with a different request), with its index.
+    """
+    checked = _check_all(requests)
+    if not checked:
+        return []
+    now = timezone.now()
+    # One microsecond apart keeps a call's request order among equal priorities.
+    planned = [_plan(item, now + timedelta(microseconds=index)) for index, item in enumerate(checked)]
+    trace_context = tracing.current_context()
+    settings = queue_settings()
+    rows = [_row_values(job, settings) for job in planned]
+    while True:
+        try:
+            jobs, created = _write(planned, rows, owner, trace_context)
+            break
+        except _KeyJobVanished:
+            # The key is free again: run the call again, as if it had come a moment later.
+            # Each pass follows another transaction's delete of a job holding the key (nothing
+            # inserted by this call survives a pass), so this ends as such deletes end.
+            log.info("idempotency_key_job_vanished", count=len(planned))
     metrics.jobs_enqueued(job for job in jobs if job.was_created)
     # Per call, so debug: the job's own log trail records its enqueue for good.
-    if len(created_at) == 1:
+    if created == 1:
         job = next(job for job in jobs if job.was_created)
         log.debug("job_enqueued", job_id=str(job.id), type=job.type, queue=job.queue, priority=job.priority)
-    elif created_at:
-        log.debug("jobs_enqueued", count=len(created_at))
+    elif created:
+        log.debug("jobs_enqueued", count=created)
     return jobs
 
 

@@ -10,7 +10,8 @@
 
 -- name: insert_job
 -- One job: the same rows as insert_jobs, planned much faster than its arrays.
--- A key already taken inserts nothing (the caller looks the job up).
+-- A key its owner already used (jobs without an owner share one scope) inserts
+-- nothing (the caller looks the job up).
 WITH job AS (
     INSERT INTO jobs (id, type, queue, payload, priority, priority_value, status, attempts, max_attempts,
                       next_retry_at, enqueued_at, last_error, last_error_class, last_error_traceback,
@@ -20,7 +21,7 @@ WITH job AS (
             0, %(max_attempts)s,
             %(next_retry_at)s, %(enqueued_at)s, '', '', '', %(idempotency_key)s,
             %(fingerprint)s, %(owner_id)s, '', %(backend)s, %(trace_context)s::jsonb)
-        ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+        ON CONFLICT (idempotency_key, owner_id) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, created_at
 ), logged AS (
     INSERT INTO job_logs (job_id, level, event, message, extra)
@@ -60,7 +61,7 @@ WITH request AS (
            fingerprint, %(owner_id)s, '', backend, %(trace_context)s::jsonb
       FROM request
      ORDER BY idempotency_key NULLS LAST, position
-        ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+        ON CONFLICT (idempotency_key, owner_id) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, created_at
 ), logged AS (
     INSERT INTO job_logs (job_id, level, event, message, extra)
