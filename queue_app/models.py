@@ -49,6 +49,9 @@ class Job(models.Model):
     # Hash of the request that first used the key: same key + other body = conflict.
     # Keys are per owner (see Meta.constraints).
     idempotency_fingerprint = models.CharField(max_length=64, blank=True, default="")
+    # Unique jobs (queue_app/engine/uniqueness.py): no second job of this owner with this
+    # key while this one is in the statuses (and period) the enqueue asked for.
+    unique_key = models.CharField(max_length=255, null=True, blank=True)
     # Indexed only where set (see Meta): jobs enqueued from code have no owner.
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL,
@@ -85,6 +88,13 @@ class Job(models.Model):
                 fields=["queue"],
                 name="idx_jobs_processing_queue",
                 condition=models.Q(status="processing"),
+            ),
+            # A unique job's enqueue looks for its key's newest job in some statuses (and
+            # the admin's search for a key). Partial: other jobs pay nothing for it.
+            models.Index(
+                fields=["unique_key", "status", "created_at"],
+                name="idx_jobs_unique_key",
+                condition=models.Q(unique_key__isnull=False),
             ),
             # A user's own jobs, newest first, a page at a time (the API's list for anyone
             # without queue_app.view_job). Partial: an ownerless job pays nothing for it.

@@ -1,4 +1,4 @@
-"""Idempotency keys per owner.
+"""Idempotency keys per owner; unique keys.
 
 An idempotency key was unique across all jobs, so one user could learn of
 (and block) another's key. Keys are now unique per owner, as the IETF draft
@@ -10,8 +10,12 @@ writes to the job table go on meanwhile. Code of the previous release names
 the old index in its ON CONFLICT clause: stop it (or accept its enqueues with
 a key failing) between this migration and the new code's start. Going back
 fails if two owners have used one key since.
+
+Unique jobs: a nullable ``unique_key`` (adding it rewrites nothing) and a
+partial index, built concurrently, for the enqueue's look-up of a key's job.
 """
 
+from django.contrib.postgres.operations import AddIndexConcurrently
 from django.db import migrations, models
 
 CREATE_OWNER_KEY_INDEX = (
@@ -55,5 +59,18 @@ class Migration(migrations.Migration):
                     ),
                 ),
             ],
+        ),
+        migrations.AddField(
+            model_name="job",
+            name="unique_key",
+            field=models.CharField(blank=True, max_length=255, null=True),
+        ),
+        AddIndexConcurrently(
+            model_name="job",
+            index=models.Index(
+                condition=models.Q(unique_key__isnull=False),
+                fields=["unique_key", "status", "created_at"],
+                name="idx_jobs_unique_key",
+            ),
         ),
     ]
