@@ -60,6 +60,8 @@ class Job(models.Model):
     # Lease of a running job: which worker holds it and until when.
     worker_id = models.CharField(max_length=200, blank=True, default="")
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # A retry asked for while the job was cancelling: applied when the cancel is confirmed.
+    retry_requested = models.BooleanField(default=False, db_default=False)
     # The django.tasks backend alias that enqueued the job ("" for other jobs): one
     # alias never reads another's results.
     backend = models.CharField(max_length=100, blank=True, default="")

@@ -46,6 +46,14 @@ def run_worker(queues=("default",), worker_id="test-worker") -> Worker:
     return worker
 
 
+def hold_batch(worker: Worker, claimed) -> list:
+    """Give ``worker`` a claimed batch as its loop would, the first job running in the main
+    thread and the rest waiting to start; returns the attempts, in claim order."""
+    attempts = worker.holdings.claimed(claimed)
+    worker.current = worker.holdings.next_unstarted()
+    return attempts
+
+
 def _relay_in_thread(relay: Relay) -> None:
     try:
         relay.run()

@@ -37,7 +37,7 @@ from queue_app.conf import queue_settings
 from queue_app.exceptions import JobNotFound, TransitionNotAllowed
 from queue_app.handlers import registered_types
 from queue_app.models import Job, JobLog, OutboxMessage, task_path_expression
-from queue_app.states import TASK_JOB_TYPE, TRANSITION_TABLE, Status
+from queue_app.states import RUNNING, TASK_JOB_TYPE, TRANSITION_TABLE, Status
 from queue_app.tasks_backend import known_task_paths
 
 EXCERPT_LENGTH = 80
@@ -359,7 +359,7 @@ class JobAdmin(HistoryAdmin):
         """Of the last attempt: finished, or still running; a job queued again has none yet."""
         if job.started_at is None:
             return "-"
-        if job.status == Status.PROCESSING:
+        if job.status in RUNNING:
             return human_duration(timezone.now() - job.started_at) + " so far"
         if job.completed_at is None:
             return "-"
