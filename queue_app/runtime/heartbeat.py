@@ -42,7 +42,6 @@ class Heartbeat(threading.Thread):
         self.holdings = worker.holdings
         self.interval = queue_settings().HEARTBEAT_SECONDS
         self._stopped = threading.Event()
-        self._last_interrupt = 0.0
 
     def run(self) -> None:
         next_beat = time.monotonic() + self.interval
@@ -70,12 +69,9 @@ class Heartbeat(threading.Thread):
             connection.close()
 
     def _interrupt_again(self) -> None:
-        if time.monotonic() - self._last_interrupt < REINTERRUPT_SECONDS:
-            return
-        stopping = self.holdings.stopping()
-        if stopping:
-            self._last_interrupt = time.monotonic()
-            for attempt in stopping:
+        now = time.monotonic()
+        for attempt in self.holdings.stopping():
+            if now - attempt.interrupted_at >= REINTERRUPT_SECONDS:
                 attempt.request_stop(attempt.stop)
 
     def beat(self) -> None:

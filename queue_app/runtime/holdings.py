@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -30,6 +31,9 @@ class Attempt:
     settling: bool = False
     # A slot thread's hard deadline (monotonic), which the supervisor enforces.
     hard_deadline: float | None = None
+    # When it was last interrupted (monotonic): the heartbeat interrupts it again only a
+    # while later, so a handler's own clean-up after the stop gets to run.
+    interrupted_at: float = 0.0
     # A slot coroutine's future, while it runs.
     future: concurrent.futures.Future | None = None
     # Why a slot coroutine was cancelled by the worker itself (shutdown), if it was.
@@ -44,6 +48,7 @@ class Attempt:
         if self.stop is None:
             self.stop = reason
         if self.interrupt is not None and not self.settling:
+            self.interrupted_at = time.monotonic()
             self.interrupt()
 
     def stop_error(self) -> AttemptStopped:

@@ -118,9 +118,9 @@ class Slots:
             "slots_still_running_after_grace", worker=self.worker_id, jobs=sorted(a.job.id for a in running)
         )
         for attempt in running:
-            if attempt.future is not None:
+            if attempt.future is not None and attempt.interrupt is not None:
                 attempt.cancelled_for = "worker shutdown grace period ended"
-                attempt.future.cancel()
+                attempt.interrupt()
         with self._changed:
             self._changed.wait_for(
                 lambda: not any(a.future is not None for a in self._running.values()),
@@ -166,13 +166,20 @@ class SlotRunner:
             # A thread cannot be interrupted: check_time_limit() meets the stop instead.
             return executor.call_sync(attempt, spec)
         soft_deadline = time.monotonic() + self.limit
+        task: list[asyncio.Task] = []
         future = asyncio.run_coroutine_threadsafe(
-            _run_coroutine(spec, attempt, self.limit, soft_deadline), self.slots.loop
+            _run_coroutine(spec, attempt, self.limit, soft_deadline, task), self.slots.loop
         )
         attempt.future = future
-        attempt.interrupt = future.cancel
-        if attempt.stop is not None:  # asked while it was being started
-            future.cancel()
+
+        def cancel_task() -> None:
+            # In the loop: the task is cancelled, and the future ends only when the coroutine
+            # has (its clean-up run): the job is not settled while its handler still runs. A
+            # task not started yet finds the stop when it starts.
+            if task:
+                task[0].cancel()
+
+        attempt.interrupt = lambda: self.slots.loop.call_soon_threadsafe(cancel_task)
         try:
             result = future.result()
         except _Exited as exited:
@@ -189,8 +196,13 @@ class SlotRunner:
         attempt.future = None
 
 
-async def _run_coroutine(spec: HandlerSpec, attempt: Attempt, limit: float, soft_deadline: float) -> Any:
+async def _run_coroutine(
+    spec: HandlerSpec, attempt: Attempt, limit: float, soft_deadline: float, task: list
+) -> Any:
     """Await the handler under its soft limit: past it, the coroutine is cancelled."""
+    task.append(asyncio.current_task())
+    if attempt.stop is not None or attempt.cancelled_for:
+        raise asyncio.CancelledError()  # asked to stop before it started
     # This task runs in its own copy of the context: these values are its alone.
     _current_job.set(attempt.job)
     _current_attempt.set(attempt)
