@@ -13,6 +13,7 @@ from structlog.testing import capture_logs
 from queue_app import broker, services
 from queue_app.engine import execution
 from queue_app.engine.execution import Completion, claim_jobs
+from queue_app.exceptions import LeaseLost
 from queue_app.models import Job, JobLog
 from queue_app.runtime.worker import Worker
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
@@ -293,3 +294,25 @@ def test_cancelling_a_running_job_stops_its_handler(queue_config):
     assert job.status == "cancelled" and job.result is None
     assert Execution.objects.get(job_id=job.id).finished_at is None
     assert "completed" not in events(job)
+
+
+def test_a_heartbeat_racing_a_completion_writes_no_fenced_row_for_it():
+    """Issue 30 item 4: the heartbeat took its snapshot of held attempts, the main thread's
+    completion committed, and the extension found the job gone. The completion's attempt was
+    marked as being settled before its write, so the heartbeat says nothing of it; an attempt
+    really lost (not being settled) is recorded once."""
+    from queue_app.runtime.heartbeat import Heartbeat
+
+    done, lost = enqueue_job("demo.echo"), enqueue_job("demo.echo")
+    claimed = claim_jobs([str(done.id), str(lost.id)], worker_id="w")
+    worker = Worker(worker_id="w", queues=["default"])
+    attempts = {attempt.job.id: attempt for attempt in worker.holdings.claimed(claimed)}
+    snapshot = worker.holdings.leases()
+    attempts[str(done.id)].settling = True  # the completion's write is under way
+    execution.complete_jobs([Completion(str(done.id), attempts[str(done.id)].job.fence, None)])
+    Job.objects.filter(id=lost.id).update(fence=99)  # another attempt holds it now
+    statuses = execution.extend_leases(snapshot, worker_id="w")
+    Heartbeat(worker)._tell_attempts(snapshot, statuses)
+    assert not JobLog.objects.filter(job_id=done.id, event="heartbeat_fenced").exists()
+    assert JobLog.objects.filter(job_id=lost.id, event="heartbeat_fenced").count() == 1
+    assert attempts[str(lost.id)].stop is LeaseLost and attempts[str(done.id)].stop is None
