@@ -55,8 +55,11 @@ class Producer:
         # queue -> monotonic time before which this worker does not pop it (held back).
         self._held_until: dict[str, float] = {}
         # Popped ids whose claim committed, not yet dropped from the in-flight sets (queue ->
-        # ids): the next pop of the queue does it, or the heartbeat thread after ACK_DELAY_SECONDS.
-        self._unacknowledged: dict[str, list[str]] = {}
+        # (id, pop token) pairs): the next pop of the queue does it, or the heartbeat thread
+        # after ACK_DELAY_SECONDS.
+        self._unacknowledged: dict[str, list[tuple[str, str]]] = {}
+        # id -> pop token of the ids popped and not yet acknowledged or put back.
+        self._tokens: dict[str, str] = {}
         self._unacknowledged_since = 0.0
         # Held while acknowledgements are sent, not only taken: a hand-back waits for them
         # to land (see acknowledge_now). Reentrant: the senders take the ids under it too.
@@ -118,6 +121,8 @@ class Producer:
         start = self._next_queue
         self._next_queue = (start + 1) % len(self.queue_layouts)
         popped: dict[str, list[str]] = {}
+        # Tokens of an earlier pop whose claim never came (a store error) are of no more use.
+        self._tokens.clear()
         now = time.monotonic()
         with self._ack_lock:
             # Should Redis fail here, ids taken and not acknowledged return to ready at their
@@ -127,6 +132,7 @@ class Producer:
                 if not self.may_pop(queue, now):
                     continue  # paused, or full a moment ago: its ids stay in line
                 ids = broker.reserve(client, queue, fifo, want, acknowledge=unacknowledged.pop(queue, ()))
+                self._tokens.update(ids.pairs())
                 if ids:
                     popped[queue] = ids
                     want -= len(ids)
@@ -144,9 +150,11 @@ class Producer:
             [(queue, fifo)] = self.queue_layouts
             if self.may_pop(queue, time.monotonic()):
                 ids = broker.wait_and_reserve(client, queue, fifo, want, wait)
+                self._tokens.update(ids.pairs())
                 if ids and stopping():
                     # Stopped while waiting: the ids go back in place, unclaimed.
                     broker.put_back(client, queue, fifo, ids)
+                    self._tokens.clear()
                     return {}
                 return {queue: ids} if ids else {}
         broker.wait_for_work(client, self.queues, wait)
@@ -185,6 +193,8 @@ class Producer:
         for queue, held in held_back.items():
             broker.put_back(client, queue, self.fifo[queue], held)
             put_back = set(held)
+            for job_id in put_back:
+                self._tokens.pop(job_id, None)
             popped[queue] = [job_id for job_id in popped[queue] if job_id not in put_back]
             self._held_until[queue] = now + HELD_BACK_PAUSE_SECONDS
         self.refresh_controls(now=True)
@@ -213,10 +223,11 @@ class Producer:
             if not self._unacknowledged:
                 self._unacknowledged_since = time.monotonic()
             for queue, ids in popped.items():
-                if ids:
-                    self._unacknowledged.setdefault(queue, []).extend(ids)
+                pairs = [(job_id, self._tokens.pop(job_id)) for job_id in ids if job_id in self._tokens]
+                if pairs:
+                    self._unacknowledged.setdefault(queue, []).extend(pairs)
 
-    def _take_unacknowledged(self) -> dict[str, list[str]]:
+    def _take_unacknowledged(self) -> dict[str, list[tuple[str, str]]]:
         with self._ack_lock:
             taken, self._unacknowledged = self._unacknowledged, {}
         return taken

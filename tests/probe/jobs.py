@@ -355,3 +355,15 @@ async def steps_async(payload):
         journal.ended(execution, type(exc).__name__)
         raise
     journal.ended(execution, "returned")
+
+
+@job_handler("probe.fail_io", io_bound=True, max_attempts=1)
+def fail_io(payload):
+    """Raises on a slot thread."""
+    raise ValueError("slot failure")
+
+
+@job_handler("probe.fail_async", max_attempts=1)
+async def fail_async(payload):
+    """Raises in a slot coroutine."""
+    raise ValueError("coroutine failure")
