@@ -23,7 +23,8 @@ with its promotion) puts them back where they were.
 Redis holds ids only; losing it loses the schedule, never the work.
 
 Modules: ``keys`` (names), ``scores`` (exact float64 scores), ``client`` (one
-client per process, plain or cluster), ``push`` (just-committed jobs made ready
+client per process, plain or cluster), ``scripts`` (Lua scripts run by their SHA,
+reloaded when Redis lost them), ``push`` (just-committed jobs made ready
 without waiting for the answer), ``ready`` (apply intents, pop into flight, acknowledge,
 return expired ids, wait, promote, depths), ``repair`` (the reconciler's look-ups,
 scans and restores). Callers use the names re-exported here: ``broker.apply``,
