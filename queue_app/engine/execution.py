@@ -323,8 +323,9 @@ def _spec_or_none(job_type: str | None):
         return None
 
 
-def rescue_expired_leases(limit: int = 1000) -> list[TransitionedJob]:
-    """Jobs whose worker stopped heartbeating: the attempt counts as failed.
+def rescue_expired_leases(limit: int = 1000, *, queues: Sequence[str] | None = None) -> list[TransitionedJob]:
+    """Jobs whose worker stopped heartbeating: the attempt counts as failed. Only jobs of
+    ``queues`` when given.
 
     The fence stays, so a paused worker that wakes up later cannot write over
     the next attempt (whose claim raises it).
@@ -343,6 +344,7 @@ def rescue_expired_leases(limit: int = 1000) -> list[TransitionedJob]:
                     "error": error,
                     "error_class": "queue_app.exceptions.LeaseLost",
                     "limit": limit,
+                    "queues": None if queues is None else list(queues),
                 },
             )
             rows = cursor.fetchall()
