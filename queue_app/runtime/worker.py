@@ -6,8 +6,8 @@ in the main thread, under a soft time limit (SIGALRM raises inside the
 handler, stopping CPU-bound code too); the supervisor kills the process if
 the handler ignores it (see supervisor.py). With slots (``WORKER_SLOTS`` > 1),
 async and io-bound handlers run beside it instead (see slots.py). A heartbeat
-thread extends the leases of the jobs this process holds and does the upkeep
-(due retries made ready, expired pops put back, controls re-read).
+thread extends the leases of the jobs this process holds, re-reads the queues'
+controls, and stands for the queues' maintenance (see maintenance.py).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from queue_app.exceptions import JobTimeLimitExceeded, LeaseLost, QueueError, Wo
 from queue_app.handlers import HandlerSpec, _current_job, _soft_deadline, get_handler
 from queue_app.observability.runs import observed_run
 from queue_app.payloads import check_result
+from queue_app.runtime.maintenance import Maintenance
 from queue_app.runtime.outages import OutageGuard
 from queue_app.runtime.relay import fault_point_handler
 from queue_app.runtime.running_job import RunningJob
@@ -44,7 +45,6 @@ log = structlog.get_logger("queue_app.worker")
 
 # The signals that ask a worker (and its supervisor) to stop after the current job.
 STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
-PROMOTE_EVERY_SECONDS = 0.5
 # A job started later than this after its claim committed gets started_at set again at
 # its start (twice the default claim-ahead, so a batch sized by it rarely needs a write).
 START_SLACK_SECONDS = 0.1
@@ -53,8 +53,8 @@ RELEASE_CHECK_SECONDS = 0.1
 # How often a worker re-reads its queues' controls (pause, limits) for its pops. The
 # claim reads them itself, so a stale view costs a put-back, never a wrong claim.
 CONTROLS_REFRESH_SECONDS = 1.0
-# The heartbeat thread does the upkeep and the controls refresh, off the way from a
-# wake-up to a claim; the main loop does them only when they are this many times overdue.
+# The heartbeat thread does the controls refresh, off the way from a wake-up to a
+# claim; the main loop does it only when it is this many times overdue.
 MAIN_LOOP_UPKEEP_FACTOR = 3
 # How long a worker leaves a queue alone after its claim held ids back because the
 # queue was full (concurrency limit): its running jobs need time to finish.
@@ -147,7 +147,6 @@ class Worker:
         self.current: ClaimedJob | None = None
         self.soft_deadline: float | None = None
         self.shutdown_deadline: float | None = None
-        self._last_promote = 0.0
         self._limit = 0.0
         self._parent_pid = os.getppid()
         self.processed = 0
@@ -267,7 +266,6 @@ class Worker:
             # The rest of a batch a store error interrupted: back to the queue, not counted.
             self._hand_back_unstarted("not started: a store error interrupted its batch")
         client = broker.get_client()
-        self._upkeep(client, every=PROMOTE_EVERY_SECONDS * MAIN_LOOP_UPKEEP_FACTOR)
         self._refresh_controls(every=CONTROLS_REFRESH_SECONDS * MAIN_LOOP_UPKEEP_FACTOR)
         if self.slots is not None and not self.slots.free():
             # Every slot is busy: claim nothing (a claimed job is one no other worker can run).
@@ -284,7 +282,7 @@ class Worker:
             if not popped:
                 return True
         # A crash from here until the claim commits leaves the ids in the in-flight
-        # sets; the next sweep (any worker's upkeep) puts them back within seconds.
+        # sets; the queue's maintenance leader puts them back within seconds.
         if self._fault is not None:
             self._fault("worker.after_pop")
         self._process(client, popped)
@@ -582,43 +580,9 @@ class Worker:
             )
 
     def background_upkeep(self) -> None:
-        """Called by the heartbeat thread: the upkeep and controls refresh, which the main
-        loop would otherwise do between a wake-up and its claim (a job's start waited)."""
-        self._upkeep(broker.get_client())
+        """Called by the heartbeat thread: the controls refresh, which the main loop
+        would otherwise do between a wake-up and its claim (a job's start waited)."""
         self._refresh_controls()
-
-    def _upkeep(self, client, *, every: float = PROMOTE_EVERY_SECONDS) -> None:
-        """Every ``every`` seconds: move due ids from retry sets to ready structures
-        (priorities looked up in PostgreSQL), and put back popped ids nobody acknowledged."""
-        if time.monotonic() - self._last_promote < every:
-            return
-        self._last_promote = time.monotonic()
-        fifo_by_queue = dict(self.queue_layouts)
-        for queue, fifo in self.queue_layouts:
-            returned = broker.return_expired(client, queue, fifo)
-            if returned:
-                log.warning("popped_ids_returned", queue=queue, count=returned)
-            taken = broker.take_due(client, queue)
-            if not taken:
-                continue
-            # A crash between take_due and apply loses these ids from Redis only;
-            # the reconciler re-adds queued jobs missing from every structure.
-            rows = selectors.queued_for_promotion(taken)
-            broker.apply(
-                client,
-                (
-                    broker.Intent(
-                        "enqueue",
-                        job_id,
-                        job_queue,
-                        fifo_by_queue.get(job_queue, False),
-                        broker.ready_score(priority_value),
-                        broker.ready_member(job_id, enqueued_at),
-                    )
-                    for job_id, job_queue, priority_value, enqueued_at, _ in rows
-                ),
-            )
-            log.debug("retry_promoted", queue=queue, count=len(rows))
 
     # --- running one job --------------------------------------------------------
 
@@ -833,14 +797,15 @@ class Worker:
 
 class Heartbeat(threading.Thread):
     """Extends the leases this worker holds, on its own database connection, releases
-    the unstarted rest of a batch that waits behind a slow job, and does the upkeep
-    (also while a long job runs)."""
+    the unstarted rest of a batch that waits behind a slow job, and stands for the
+    queues' maintenance (also while a long job runs)."""
 
     def __init__(self, worker: Worker) -> None:
         super().__init__(name=f"heartbeat {worker.worker_id}", daemon=True)
         self.worker = worker
         self.interval = queue_settings().HEARTBEAT_SECONDS
         self._stopped = threading.Event()
+        self.maintenance = Maintenance(worker.queues, holder=worker.worker_id)
 
     def run(self) -> None:
         next_beat = time.monotonic() + self.interval
@@ -855,15 +820,18 @@ class Heartbeat(threading.Thread):
                     log.warning("release_failed", worker=self.worker.worker_id, error=str(exc)[:300])
                     connection.close()
                 try:
+                    self.maintenance.tick(broker.get_client())
                     self.worker.background_upkeep()
                 except OutageGuard.errors as exc:
-                    # The main loop does it once it is overdue, and meets the outage itself.
+                    # The main loop refreshes the controls once overdue (and meets the outage
+                    # itself); maintenance leases not renewed lapse to another candidate.
                     log.debug("upkeep_failed", worker=self.worker.worker_id, error=str(exc)[:300])
                     connection.close()
                 if time.monotonic() >= next_beat:
                     next_beat = time.monotonic() + self.interval
                     self.beat()
         finally:
+            self.maintenance.resign()
             connection.close()
 
     def beat(self) -> None:
