@@ -17,8 +17,8 @@ Per queue, with a hash tag so one queue's keys share a Redis Cluster slot:
 A pop (``reserve``) is never the only copy of an id: one script moves the ids
 from the ready structure into the in-flight set with a deadline; the worker
 acknowledges them once its claim has committed. A worker that dies in between
-leaves them there, and the next sweep (``return_expired``, run by any worker
-with its promotion) puts them back where they were.
+leaves them there, and the next sweep (``return_expired``, run by the queue's
+maintenance leader with its promotion) puts them back where they were.
 
 Redis holds ids only; losing it loses the schedule, never the work.
 
