@@ -6,8 +6,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import redis
-from redis.commands.core import Script
 
+from queue_app.broker import scripts
 from queue_app.broker.client import is_cluster
 from queue_app.broker.keys import (
     fifo_key,
@@ -80,15 +80,6 @@ redis.call('LTRIM', KEYS[2], 0, 0)
 """
 # Pairs per script call: Lua's unpack takes a few thousand values at most.
 _PUSH_CHUNK = 1000
-_scripts: dict[tuple[int, str], Script] = {}
-
-
-def _script(client: redis.Redis, source: str) -> Script:
-    """The script registered once per client, so each call is an EVALSHA of a known hash."""
-    script = _scripts.get((id(client), source))
-    if script is None:
-        script = _scripts[id(client), source] = client.register_script(source)
-    return script
 
 
 def push_ready_args(members: Sequence[tuple[float, str]]) -> list[list[float | str]]:
@@ -102,16 +93,12 @@ def push_ready_args(members: Sequence[tuple[float, str]]) -> list[list[float | s
 def push_ready(client: redis.Redis, queue: str, members: Sequence[tuple[float, str]]) -> None:
     """Make just-created jobs ready in a priority queue, as (score, member) pairs, and wake a
     worker: one script call per thousand jobs, in one round trip."""
-    script = _script(client, PUSH_READY_SCRIPT)
     keys = [priority_key(queue), wake_key(queue)]
     chunks = push_ready_args(members)
     if len(chunks) == 1:
-        script(keys=keys, args=chunks[0], client=client)
+        scripts.run(client, PUSH_READY_SCRIPT, keys, chunks[0])
         return
-    pipe = client.pipeline(transaction=False)
-    for args in chunks:
-        script(keys=keys, args=args, client=pipe)
-    pipe.execute()
+    scripts.run_many(client, PUSH_READY_SCRIPT, [(keys, args) for args in chunks])
 
 
 def wake(client: redis.Redis, queue: str) -> None:
@@ -229,7 +216,7 @@ def reserve(
     committed): one round trip."""
     # The hot path: EVALSHA, so the script's text is not sent (and hashed) on every pop.
     args = _reserve_args(count, fifo, acknowledge)
-    return _popped(_script(client, _RESERVE)(keys=_reserve_keys(queue, fifo), args=args, client=client))
+    return _popped(scripts.run(client, _RESERVE, _reserve_keys(queue, fifo), args))
 
 
 def wait_and_reserve(client: redis.Redis, queue: str, fifo: bool, count: int, timeout: float) -> Popped:
@@ -240,7 +227,7 @@ def wait_and_reserve(client: redis.Redis, queue: str, fifo: bool, count: int, ti
     served). A woken worker then holds its ids without asking again, a round trip
     nearer its job's start. After a wait that timed out, the pop finds what is there.
     """
-    script = _script(client, _RESERVE)
+    script = scripts.script(client, _RESERVE)
     keys = _reserve_keys(queue, fifo)
     pipe = client.pipeline(transaction=False)
     pipe.blpop([wake_key(queue)], timeout=timeout)
@@ -274,13 +261,13 @@ return dropped
 def acknowledge(client: redis.Redis, popped: dict[str, Sequence[tuple[str, str]]]) -> None:
     """Drop acknowledged pops (queue -> (id, pop token) pairs) from the in-flight sets:
     their claim committed."""
-    script = _script(client, _ACKNOWLEDGE)
-    pipe = client.pipeline(transaction=False)
-    for queue, pairs in popped.items():
-        if pairs:
-            args = [part for pair in pairs for part in pair]
-            script(keys=[inflight_key(queue), inflight_places_key(queue)], args=args, client=pipe)
-    pipe.execute()
+    calls = [
+        ([inflight_key(queue), inflight_places_key(queue)], [part for pair in pairs for part in pair])
+        for queue, pairs in popped.items()
+        if pairs
+    ]
+    if calls:
+        scripts.run_many(client, _ACKNOWLEDGE, calls)
 
 
 # Lua shared by the two scripts that return in-flight ids to line: takes ``id`` out
@@ -324,7 +311,7 @@ def put_back(client: redis.Redis, queue: str, fifo: bool, ids: Sequence[str]) ->
     if not ids:
         return 0
     keys = (ready_key(queue, fifo), inflight_key(queue), inflight_places_key(queue))
-    return client.eval(_PUT_BACK, 3, *keys, "1" if fifo else "0", *ids)
+    return scripts.run(client, _PUT_BACK, keys, ["1" if fifo else "0", *ids])
 
 
 def wait_for_work(client: redis.Redis, queues: Sequence[str], timeout: float) -> bool:
@@ -369,7 +356,7 @@ return moved
 def return_expired(client: redis.Redis, queue: str, fifo: bool, limit: int = 1000) -> int:
     """Put popped ids never acknowledged (their worker died) back in the ready structure."""
     keys = (ready_key(queue, fifo), inflight_key(queue), inflight_places_key(queue), wake_key(queue))
-    return client.eval(_RETURN_EXPIRED, 4, *keys, "1" if fifo else "0", limit)
+    return scripts.run(client, _RETURN_EXPIRED, keys, ["1" if fifo else "0", limit])
 
 
 # Removes due members and returns only those this call removed, so two
@@ -388,7 +375,7 @@ return taken
 
 def take_due(client: redis.Redis, queue: str, limit: int = 1000) -> list[str]:
     """Remove and return ids whose due time has come (atomic per call)."""
-    return list(client.eval(_TAKE_DUE, 1, retry_key(queue), limit))
+    return list(scripts.run(client, _TAKE_DUE, [retry_key(queue)], [limit]))
 
 
 def depths(client: redis.Redis, queues: Sequence[tuple[str, bool]]) -> dict[str, dict[str, int]]:
@@ -428,7 +415,9 @@ def ready_heads(client: redis.Redis, queues: Sequence[tuple[str, bool]]) -> list
     # One script call per queue (each a single key, so a cluster routes it), then the
     # list heads in one pipeline.
     heads = [
-        member_job_id(member) for queue, _ in queues for member in client.eval(_HEADS, 1, priority_key(queue))
+        member_job_id(member)
+        for queue, _ in queues
+        for member in scripts.run(client, _HEADS, [priority_key(queue)])
     ]
     pipe = client.pipeline(transaction=False)
     for queue, _ in queues:

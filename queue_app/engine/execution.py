@@ -366,8 +366,9 @@ def _spec_or_none(job_type: str | None):
         return None
 
 
-def rescue_expired_leases(limit: int = 1000) -> list[TransitionedJob]:
-    """Jobs whose worker stopped heartbeating: the attempt counts as failed.
+def rescue_expired_leases(limit: int = 1000, *, queues: Sequence[str] | None = None) -> list[TransitionedJob]:
+    """Jobs whose worker stopped heartbeating: the attempt counts as failed. Only jobs of
+    ``queues`` when given.
 
     The fence stays, so a paused worker that wakes up later cannot write over
     the next attempt (whose claim raises it).
@@ -386,6 +387,7 @@ def rescue_expired_leases(limit: int = 1000) -> list[TransitionedJob]:
                     "error": error,
                     "error_class": "queue_app.exceptions.LeaseLost",
                     "limit": limit,
+                    "queues": None if queues is None else list(queues),
                 },
             )
             rows = cursor.fetchall()
@@ -396,7 +398,14 @@ def rescue_expired_leases(limit: int = 1000) -> list[TransitionedJob]:
         record_transitions(fail, [job for job in jobs if job.status == fail.target], message=error)
         cancel = transition("rescue_cancel")
         with connection.cursor() as cursor:
-            cursor.execute(sql.query("rescue_cancelling"), {**table_params("rescue_cancel"), "limit": limit})
+            cursor.execute(
+                sql.query("rescue_cancelling"),
+                {
+                    **table_params("rescue_cancel"),
+                    "limit": limit,
+                    "queues": None if queues is None else list(queues),
+                },
+            )
             found = cursor.fetchall()
         _cancelled(cancel, found, "lease expired while cancelling: the worker stopped heartbeating")
     for job in jobs:

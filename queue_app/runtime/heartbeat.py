@@ -4,9 +4,10 @@ Every ``HEARTBEAT_SECONDS`` it extends the leases of the attempts the process
 holds (on its own database connection) and learns which were asked to cancel or
 lost to a rescue; each of those is told to stop. Every ``TICK_SECONDS`` it does
 what must not wait for a long job: acknowledging popped ids, releasing the
-unstarted rest of a batch, the queue upkeep, interrupting again an attempt that
-was asked to stop and has not yet, and settling what a previous process of this
-worker's name left behind once its leases run out.
+unstarted rest of a batch, the queues' maintenance when this process leads it
+(maintenance.py), interrupting again an attempt that was asked to stop and has
+not yet, and settling what a previous process of this worker's name left behind
+once its leases run out.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from typing import TYPE_CHECKING
 import structlog
 from django.db import connection
 
+from queue_app import broker
 from queue_app.conf import queue_settings
 from queue_app.engine import execution
 from queue_app.exceptions import CancelRequested, LeaseLost
+from queue_app.runtime.maintenance import Maintenance
 from queue_app.runtime.outages import OutageGuard
 from queue_app.states import Status
 
@@ -41,6 +44,7 @@ class Heartbeat(threading.Thread):
         self.worker = worker
         self.holdings = worker.holdings
         self.interval = queue_settings().HEARTBEAT_SECONDS
+        self.maintenance = Maintenance(worker.queues, holder=worker.worker_id)
         self._stopped = threading.Event()
 
     def run(self) -> None:
@@ -57,15 +61,18 @@ class Heartbeat(threading.Thread):
                     log.warning("release_failed", worker=self.worker.worker_id, error=str(exc)[:300])
                     connection.close()
                 try:
+                    self.maintenance.tick(broker.get_client())
                     self.worker.background_upkeep()
                 except OutageGuard.errors as exc:
-                    # The main loop does it once it is overdue, and meets the outage itself.
+                    # The main loop refreshes the controls once overdue (and meets the outage
+                    # itself); maintenance leases not renewed lapse to another candidate.
                     log.debug("upkeep_failed", worker=self.worker.worker_id, error=str(exc)[:300])
                     connection.close()
                 if time.monotonic() >= next_beat:
                     next_beat = time.monotonic() + self.interval
                     self.beat()
         finally:
+            self.maintenance.resign()
             connection.close()
 
     def _interrupt_again(self) -> None:

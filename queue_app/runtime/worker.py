@@ -8,7 +8,8 @@
   handler, stopping CPU-bound code too; the supervisor kills the process if the
   handler ignores it, see supervisor.py); with slots (``WORKER_SLOTS`` > 1), async
   and io-bound handlers beside it (slots.py);
-- the heartbeat thread (heartbeat.py) keeps the leases and does the side-work;
+- the heartbeat thread (heartbeat.py) keeps the leases, does the side-work and
+  stands for the queues' maintenance (maintenance.py: one elected leader per queue);
   the cancel listener (cancel_listener.py) hears cancels at once.
 
 An attempt asked to stop (cancel requested, lease lost) is interrupted with an
@@ -52,12 +53,11 @@ log = structlog.get_logger("queue_app.worker")
 
 # The signals that ask a worker (and its supervisor) to stop after the current job.
 STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
-PROMOTE_EVERY_SECONDS = 0.5
 # A job started later than this after its claim committed gets started_at set again at
 # its start (twice the default claim-ahead, so a batch sized by it rarely needs a write).
 START_SLACK_SECONDS = 0.1
-# The heartbeat thread does the upkeep and the controls refresh, off the way from a
-# wake-up to a claim; the main loop does them only when they are this many times overdue.
+# The heartbeat thread refreshes the controls, off the way from a wake-up to a claim;
+# the main loop does it only when it is this many times overdue.
 MAIN_LOOP_UPKEEP_FACTOR = 3
 
 
@@ -122,7 +122,6 @@ class Worker:
         self.shutdown_deadline: float | None = None
         self._hard_deadline: float | None = None
         self._limit = 0.0
-        self._last_promote = 0.0
         self._parent_pid = os.getppid()
         self.processed = 0
 
@@ -255,7 +254,6 @@ class Worker:
             # The rest of a batch a store error interrupted: back to the queue, not counted.
             self._hand_back_unstarted("not started: a store error interrupted its batch")
         client = broker.get_client()
-        self._upkeep(client, every=PROMOTE_EVERY_SECONDS * MAIN_LOOP_UPKEEP_FACTOR)
         self.producer.refresh_controls(every=CONTROLS_REFRESH_SECONDS * MAIN_LOOP_UPKEEP_FACTOR)
         if self.slots is not None and not self.slots.free():
             # Every slot is busy: claim nothing (a claimed job is one no other worker can run).
@@ -276,7 +274,7 @@ class Worker:
             if not popped:
                 return True
         # A crash from here until the claim commits leaves the ids in the in-flight
-        # sets; the next sweep (any worker's upkeep) puts them back within seconds.
+        # sets; the queue's maintenance leader puts them back within seconds.
         if self._fault is not None:
             self._fault("worker.after_pop")
         self._process(client, popped)
@@ -436,43 +434,9 @@ class Worker:
     # --- upkeep ----------------------------------------------------------------------
 
     def background_upkeep(self) -> None:
-        """Called by the heartbeat thread: the upkeep and controls refresh, which the main
-        loop would otherwise do between a wake-up and its claim (a job's start waited)."""
-        self._upkeep(broker.get_client())
+        """Called by the heartbeat thread: the controls refresh, which the main loop
+        would otherwise do between a wake-up and its claim (a job's start waited)."""
         self.producer.refresh_controls()
-
-    def _upkeep(self, client, *, every: float = PROMOTE_EVERY_SECONDS) -> None:
-        """Every ``every`` seconds: move due ids from retry sets to ready structures
-        (priorities looked up in PostgreSQL), and put back popped ids nobody acknowledged."""
-        if time.monotonic() - self._last_promote < every:
-            return
-        self._last_promote = time.monotonic()
-        fifo_by_queue = self.producer.fifo
-        for queue, fifo in self.producer.queue_layouts:
-            returned = broker.return_expired(client, queue, fifo)
-            if returned:
-                log.warning("popped_ids_returned", queue=queue, count=returned)
-            taken = broker.take_due(client, queue)
-            if not taken:
-                continue
-            # A crash between take_due and apply loses these ids from Redis only;
-            # the reconciler re-adds queued jobs missing from every structure.
-            rows = selectors.queued_for_promotion(taken)
-            broker.apply(
-                client,
-                (
-                    broker.Intent(
-                        "enqueue",
-                        job_id,
-                        job_queue,
-                        fifo_by_queue.get(job_queue, False),
-                        broker.ready_score(priority_value),
-                        broker.ready_member(job_id, enqueued_at),
-                    )
-                    for job_id, job_queue, priority_value, enqueued_at, _ in rows
-                ),
-            )
-            log.debug("retry_promoted", queue=queue, count=len(rows))
 
     # --- start-up and shutdown ------------------------------------------------------
 

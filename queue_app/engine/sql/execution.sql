@@ -36,7 +36,8 @@ SELECT id, type, queue FROM done
 -- name: rescue_expired_leases
 -- Running jobs whose lease expired (their worker stopped heartbeating),
 -- oldest first: requeued after a backoff while attempts are left, else
--- failed. SKIP LOCKED lets two rescuers share the work.
+-- failed. SKIP LOCKED lets two rescuers share the work. %(queues)s NULL: every
+-- queue (the reconciler); else those queues only (their maintenance leader).
 UPDATE jobs
    SET status = CASE WHEN attempts < max_attempts THEN %(requeue_target)s ELSE %(fail_target)s END,
        next_retry_at = CASE WHEN attempts < max_attempts THEN now() + make_interval(secs => %(delay)s) END,
@@ -47,6 +48,7 @@ UPDATE jobs
        worker_id = '', lease_expires_at = NULL
  WHERE id IN (SELECT id FROM jobs
                WHERE status = ANY(%(sources)s) AND lease_expires_at < now()
+                 AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
                ORDER BY lease_expires_at
                LIMIT %(limit)s
                  FOR UPDATE SKIP LOCKED)
@@ -69,11 +71,12 @@ RETURNING jobs.id, jobs.status, jobs.attempts, jobs.queue, jobs.priority_value, 
 
 -- name: rescue_cancelling
 -- Jobs asked to cancel whose worker stopped heartbeating: nothing runs them any more,
--- so the cancel stands.
+-- so the cancel stands. %(queues)s as in rescue_expired_leases.
 UPDATE jobs SET status = %(target)s, completed_at = now(), worker_id = '',
        lease_expires_at = NULL, next_retry_at = NULL
  WHERE id IN (SELECT id FROM jobs
                WHERE status = ANY(%(sources)s) AND lease_expires_at < now()
+                 AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
                ORDER BY lease_expires_at
                LIMIT %(limit)s
                  FOR UPDATE SKIP LOCKED)
