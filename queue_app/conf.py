@@ -29,6 +29,10 @@ class QueueSettings:
     RETRY_BACKOFF_BASE_SECONDS: float = 2.0
     RETRY_BACKOFF_MAX_SECONDS: float = 3600.0
     SHUTDOWN_GRACE_SECONDS: float = 20.0
+    # How often each queue's maintenance leader rescues jobs whose lease expired (their
+    # worker died): such a job is requeued (or failed) at most this long after its lease
+    # ran out, without waiting for a reconcile pass.
+    LEASE_RESCUE_SECONDS: float = 5.0
     RECONCILE_GRACE_SECONDS: float = 30.0
     RECONCILE_BATCH_SIZE: int = 5000
     OUTBOX_RETENTION_SECONDS: float = 7 * 24 * 3600.0

@@ -67,8 +67,21 @@ class JobTimeLimitExceeded(Exception):
     """Raised inside a handler when its soft time limit passes."""
 
 
-class LeaseLost(Exception):
-    """Raised inside a handler whose job was cancelled or rescued while it ran."""
+class AttemptStopped(BaseException):
+    """Raised inside a handler whose attempt must stop now.
+
+    A BaseException, so a handler's ``except Exception`` (log and go on) cannot
+    swallow it and run on beside the job's next attempt.
+    """
+
+
+class LeaseLost(AttemptStopped):
+    """Raised inside a handler whose job was rescued or re-claimed while it ran."""
+
+
+class CancelRequested(AttemptStopped):
+    """Raised inside a handler whose job was asked to cancel while it ran: once the
+    attempt has stopped, its worker confirms the cancel (the job becomes cancelled)."""
 
 
 class JobCancelled(Exception):

@@ -120,13 +120,23 @@ def current_job():
 _soft_deadline: ContextVar[float] = ContextVar("soft_deadline")
 
 
+# The attempt the current handler call runs (runtime.holdings.Attempt), set by the worker.
+_current_attempt: ContextVar = ContextVar("current_attempt")
+
+
 def check_time_limit() -> None:
-    """Raise JobTimeLimitExceeded once the running job's soft time limit has passed.
+    """Raise once the running attempt must stop: ``JobTimeLimitExceeded`` past its soft
+    time limit, ``CancelRequested`` when its job was asked to cancel, ``LeaseLost`` when
+    the job went to another attempt.
 
     A handler on a slot thread cannot be interrupted: calling this between steps is how
-    it stops in time (the supervisor kills the process at the hard limit otherwise). In
-    the main thread and in coroutines the limit interrupts by itself; calling this is harmless.
+    it stops in time (the job stays cancelling until it returns; the supervisor kills
+    the process at the hard limit). In the main thread and in coroutines the limit and
+    the cancel interrupt by themselves; calling this is harmless.
     """
+    attempt = _current_attempt.get(None)
+    if attempt is not None and attempt.stop is not None:
+        raise attempt.stop_error()
     deadline = _soft_deadline.get(None)
     if deadline is not None and time.monotonic() >= deadline:
         raise JobTimeLimitExceeded("time limit exceeded")

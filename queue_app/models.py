@@ -64,6 +64,8 @@ class Job(models.Model):
     # Lease of a running job: which worker holds it and until when.
     worker_id = models.CharField(max_length=200, blank=True, default="")
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # A retry asked for while the job was cancelling: applied when the cancel is confirmed.
+    retry_requested = models.BooleanField(default=False, db_default=False)
     # The django.tasks backend alias that enqueued the job ("" for other jobs): one
     # alias never reads another's results.
     backend = models.CharField(max_length=100, blank=True, default="")
@@ -256,3 +258,27 @@ class QueueState(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class MaintenanceLease(models.Model):
+    """Which process does a queue's maintenance (in-flight sweeps, retry promotion, lease
+    rescue), until when.
+
+    A lease, not a lock: the holder renews ``expires_at`` every second or so; once it
+    stops (killed, stalled, cut off from PostgreSQL), another candidate takes the row
+    with a conditional UPDATE as soon as it has expired. Works through PgBouncer in
+    transaction mode, where a session advisory lock would not.
+    """
+
+    queue = models.CharField(max_length=100, primary_key=True)
+    holder = models.CharField(max_length=200, blank=True, default="")
+    expires_at = models.DateTimeField(db_default=Now())
+    # When the current holder took the lease (renewals leave it): how long it has led.
+    acquired_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "job_maintenance_leases"
+        ordering = ["queue"]
+
+    def __str__(self) -> str:
+        return f"{self.queue}: {self.holder or 'nobody'}"

@@ -15,6 +15,9 @@ from django.db import models
 class Status(models.TextChoices):
     QUEUED = "queued"
     PROCESSING = "processing"
+    # Asked to cancel while running: the job stays here until its worker has stopped
+    # the attempt and confirmed (then cancelled). It still holds its lease and its slot.
+    CANCELLING = "cancelling"
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -43,6 +46,8 @@ def priority_tier(value: int) -> str:
 
 
 TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
+# A worker runs an attempt of the job: it holds a lease, renewed by its heartbeat.
+RUNNING = frozenset({Status.PROCESSING, Status.CANCELLING})
 
 # The statuses in which a job holds its unique key unless its request names others: every
 # status of a job yet to finish (queued, processing, and any later one that is not terminal,
@@ -87,13 +92,29 @@ TRANSITION_TABLE: dict[str, Transition] = {
         ),
         Transition("rescue_fail", _RUNNING, Status.FAILED, "lease_expired_failed", "error", None, True),
         Transition(
-            "cancel",
-            frozenset({Status.QUEUED, Status.PROCESSING}),
+            "cancel", frozenset({Status.QUEUED}), Status.CANCELLED, "cancelled", "info", "remove", False
+        ),
+        # A running job is not cancelled under its worker: the worker is told (NOTIFY in the
+        # same statement), stops the attempt, and confirms.
+        Transition("request_cancel", _RUNNING, Status.CANCELLING, "cancel_requested", "info", None, False),
+        Transition(
+            "confirm_cancel",
+            frozenset({Status.CANCELLING}),
             Status.CANCELLED,
-            "cancelled",
+            "cancel_confirmed",
             "info",
-            "remove",
-            False,
+            None,
+            True,
+        ),
+        # The worker died (its lease expired) while asked to cancel: nothing runs any more.
+        Transition(
+            "rescue_cancel",
+            frozenset({Status.CANCELLING}),
+            Status.CANCELLED,
+            "lease_expired_cancelled",
+            "warning",
+            None,
+            True,
         ),
         Transition(
             "retry",
@@ -102,6 +123,17 @@ TRANSITION_TABLE: dict[str, Transition] = {
             "retried",
             "info",
             "enqueue",
+            False,
+        ),
+        # A retry asked for while the cancel is not confirmed yet: it waits for the
+        # confirmation (then "retry" runs in the same transaction), never before.
+        Transition(
+            "request_retry",
+            frozenset({Status.CANCELLING}),
+            Status.CANCELLING,
+            "retry_requested",
+            "info",
+            None,
             False,
         ),
     )

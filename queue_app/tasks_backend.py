@@ -61,6 +61,7 @@ _known_task_paths: set[str] = set()
 _STATUS = {
     Status.QUEUED: TaskResultStatus.READY,
     Status.PROCESSING: TaskResultStatus.RUNNING,
+    Status.CANCELLING: TaskResultStatus.RUNNING,
     Status.COMPLETED: TaskResultStatus.SUCCESSFUL,
     Status.FAILED: TaskResultStatus.FAILED,
     Status.CANCELLED: TaskResultStatus.FAILED,

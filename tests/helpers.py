@@ -28,7 +28,7 @@ def relay_all() -> int:
     return Relay().drain()
 
 
-def run_worker(queues=("default",), worker_id="test-worker") -> Worker:
+def run_worker(queues=("default",), worker_id="test-worker", slots: int | None = None) -> Worker:
     """Run one in-process worker until no queued job is left, with a relay thread beside it.
 
     Needs committed data (transactional tests): the relay has its own connection.
@@ -38,12 +38,22 @@ def run_worker(queues=("default",), worker_id="test-worker") -> Worker:
     thread.start()
     try:
         wait_until(lambda: not OutboxMessage.objects.filter(dispatched_at__isnull=True).exists())
-        worker = Worker(worker_id=worker_id, queues=list(queues), burst=True, with_scheduled=True)
+        worker = Worker(
+            worker_id=worker_id, queues=list(queues), burst=True, with_scheduled=True, slots=slots
+        )
         worker.run()
     finally:
         relay.stopping = True
         thread.join(timeout=10)
     return worker
+
+
+def hold_batch(worker: Worker, claimed) -> list:
+    """Give ``worker`` a claimed batch as its loop would, the first job running in the main
+    thread and the rest waiting to start; returns the attempts, in claim order."""
+    attempts = worker.holdings.claimed(claimed)
+    worker.current = worker.holdings.next_unstarted()
+    return attempts
 
 
 def _relay_in_thread(relay: Relay) -> None:

@@ -24,6 +24,8 @@ BAD_VALUES = [
     ({"RELAY_POLL_SECONDS": "inf"}, "JOBQUEUE['RELAY_POLL_SECONDS'] must be a finite number, not 'inf'"),
     ({"RELAY_POLL_SECONDS": "1e300"}, "JOBQUEUE['RELAY_POLL_SECONDS'] must be at most 315360000 (ten years)"),
     ({"RETRY_BACKOFF_MAX_SECONDS": -1}, "JOBQUEUE['RETRY_BACKOFF_MAX_SECONDS'] must be greater than 0"),
+    ({"LEASE_RESCUE_SECONDS": 0}, "JOBQUEUE['LEASE_RESCUE_SECONDS'] must be greater than 0"),
+    ({"LEASE_RESCUE_SECONDS": "often"}, "JOBQUEUE['LEASE_RESCUE_SECONDS'] must be a number, not 'often'"),
     ({"LEASE_SECONDZ": 30}, "JOBQUEUE: unknown key(s) LEASE_SECONDZ"),
     ({"QUEUES": "default,bulk:lifo"}, "JOBQUEUE['QUEUES']: unknown mode 'lifo' for 'bulk'"),
     ({"QUEUES": {"no spaces": {}}}, "JOBQUEUE['QUEUES']: invalid queue name 'no spaces'"),

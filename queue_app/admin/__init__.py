@@ -37,7 +37,7 @@ from queue_app.conf import queue_settings
 from queue_app.exceptions import JobNotFound, TransitionNotAllowed
 from queue_app.handlers import registered_types
 from queue_app.models import Job, JobLog, OutboxMessage, task_path_expression
-from queue_app.states import TASK_JOB_TYPE, TRANSITION_TABLE, Status
+from queue_app.states import RUNNING, TASK_JOB_TYPE, TRANSITION_TABLE, Status
 from queue_app.tasks_backend import known_task_paths
 
 EXCERPT_LENGTH = 80
@@ -359,7 +359,7 @@ class JobAdmin(HistoryAdmin):
         """Of the last attempt: finished, or still running; a job queued again has none yet."""
         if job.started_at is None:
             return "-"
-        if job.status == Status.PROCESSING:
+        if job.status in RUNNING:
             return human_duration(timezone.now() - job.started_at) + " so far"
         if job.completed_at is None:
             return "-"
@@ -398,13 +398,17 @@ class JobAdmin(HistoryAdmin):
     def cancel_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         reason = f"cancelled in the admin by {request.user.get_username()}"
         service = partial(services.cancel_job, reason=reason)
-        self._apply(request, queryset, service, "cancel", "Cancelled", TRANSITION_TABLE["cancel"].sources)
+        # A running job is asked to cancel (cancelling until its worker confirms).
+        sources = TRANSITION_TABLE["cancel"].sources | TRANSITION_TABLE["request_cancel"].sources
+        self._apply(request, queryset, service, "cancel", "Cancelled", sources)
 
     @admin.action(description="Retry selected jobs (failed or cancelled)", permissions=["change"])
     def retry_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         reason = f"retried in the admin by {request.user.get_username()}"
         service = partial(services.retry_job, reason=reason)
-        self._apply(request, queryset, service, "retry", "Retried", TRANSITION_TABLE["retry"].sources)
+        # A cancelling job is queued once its cancel is confirmed.
+        sources = TRANSITION_TABLE["retry"].sources | TRANSITION_TABLE["request_retry"].sources
+        self._apply(request, queryset, service, "retry", "Retried", sources)
 
     @admin.action(description="Re-enqueue selected jobs in Redis (queued only)", permissions=["change"])
     def reenqueue_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:

@@ -16,6 +16,7 @@ from django.utils.safestring import SafeString, mark_safe
 STATUS_COLOURS = {
     "queued": "#2563eb",
     "processing": "#d97706",
+    "cancelling": "#a16207",
     "completed": "#16a34a",
     "failed": "#dc2626",
     "cancelled": "#6b7280",

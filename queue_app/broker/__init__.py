@@ -17,13 +17,14 @@ Per queue, with a hash tag so one queue's keys share a Redis Cluster slot:
 A pop (``reserve``) is never the only copy of an id: one script moves the ids
 from the ready structure into the in-flight set with a deadline; the worker
 acknowledges them once its claim has committed. A worker that dies in between
-leaves them there, and the next sweep (``return_expired``, run by any worker
-with its promotion) puts them back where they were.
+leaves them there, and the next sweep (``return_expired``, run by the queue's
+maintenance leader with its promotion) puts them back where they were.
 
 Redis holds ids only; losing it loses the schedule, never the work.
 
 Modules: ``keys`` (names), ``scores`` (exact float64 scores), ``client`` (one
-client per process, plain or cluster), ``push`` (just-committed jobs made ready
+client per process, plain or cluster), ``scripts`` (Lua scripts run by their SHA,
+reloaded when Redis lost them), ``push`` (just-committed jobs made ready
 without waiting for the answer), ``ready`` (apply intents, pop into flight, acknowledge,
 return expired ids, wait, promote, depths), ``repair`` (the reconciler's look-ups,
 scans and restores). Callers use the names re-exported here: ``broker.apply``,

@@ -7,6 +7,10 @@ is read just before that connection's next command, long arrived by then. A push
 that fails, or never arrives, costs time and not the job: the relay sends the
 job's outbox row after RELAY_GRACE_SECONDS.
 
+The push is an EVALSHA: each new connection loads the script as it connects, and
+a NOSCRIPT answer (SCRIPT FLUSH on a live connection) has the next send load it
+again, that one push left to the relay.
+
 A Redis Cluster client pushes with ``ready.push_ready`` and waits (its commands
 are routed by slot, node by node).
 """
@@ -21,6 +25,7 @@ from typing import Any
 import redis
 import structlog
 
+from queue_app.broker import scripts
 from queue_app.broker.client import REDIS_ERRORS, is_cluster
 from queue_app.broker.keys import priority_key, wake_key
 from queue_app.broker.ready import PUSH_READY_SCRIPT, push_ready, push_ready_args
@@ -37,11 +42,23 @@ class _Sender:
         self.client_id = id(client)
         self.pid = os.getpid()
         self.unread = 0
+        # Redis answered NOSCRIPT on this connection: the next send loads the script first.
+        self.script_lost = False
+        self.connection.register_connect_callback(self._load_script)
+
+    def _load_script(self, connection: Any) -> None:
+        """On every (re)connect, before any push: the server may be new (a restart, a failover)."""
+        connection.send_command("SCRIPT", "LOAD", PUSH_READY_SCRIPT)
+        connection.read_response()
+        self.script_lost = False
 
     def send(self, commands: list[tuple[Any, ...]]) -> None:
         self.read_replies()
         if not self._still_open():
             self.connection.disconnect()  # the next write connects again
+        if self.script_lost and self.connection.is_connected:
+            commands = [("SCRIPT", "LOAD", PUSH_READY_SCRIPT), *commands]
+            self.script_lost = False
         packed = self.connection.pack_commands(commands)
         try:
             self.connection.send_packed_command(packed)
@@ -68,6 +85,10 @@ class _Sender:
             self.unread -= 1
             try:
                 self.connection.read_response()
+            except redis.exceptions.NoScriptError as exc:
+                # SCRIPT FLUSH on this connection's server: this push waits for the relay.
+                log.warning("dispatch_on_commit_failed", error=str(exc)[:300])
+                self.script_lost = True
             except redis.ResponseError as exc:
                 log.warning("dispatch_on_commit_failed", error=str(exc)[:300])
             except REDIS_ERRORS as exc:
@@ -77,6 +98,7 @@ class _Sender:
                 self.unread = 0
 
 
+PUSH_READY_SHA = scripts.sha(PUSH_READY_SCRIPT)
 _local = threading.local()
 
 
@@ -96,7 +118,7 @@ def send_ready(client: Any, members_by_queue: Mapping[str, Sequence[tuple[float,
             push_ready(client, queue, members)
         return
     commands = [
-        ("EVAL", PUSH_READY_SCRIPT, 2, priority_key(queue), wake_key(queue), *args)
+        ("EVALSHA", PUSH_READY_SHA, 2, priority_key(queue), wake_key(queue), *args)
         for queue, members in members_by_queue.items()
         for args in push_ready_args(members)
     ]

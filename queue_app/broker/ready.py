@@ -6,8 +6,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import redis
-from redis.commands.core import Script
 
+from queue_app.broker import scripts
 from queue_app.broker.client import is_cluster
 from queue_app.broker.keys import (
     fifo_key,
@@ -80,15 +80,6 @@ redis.call('LTRIM', KEYS[2], 0, 0)
 """
 # Pairs per script call: Lua's unpack takes a few thousand values at most.
 _PUSH_CHUNK = 1000
-_scripts: dict[tuple[int, str], Script] = {}
-
-
-def _script(client: redis.Redis, source: str) -> Script:
-    """The script registered once per client, so each call is an EVALSHA of a known hash."""
-    script = _scripts.get((id(client), source))
-    if script is None:
-        script = _scripts[id(client), source] = client.register_script(source)
-    return script
 
 
 def push_ready_args(members: Sequence[tuple[float, str]]) -> list[list[float | str]]:
@@ -102,16 +93,12 @@ def push_ready_args(members: Sequence[tuple[float, str]]) -> list[list[float | s
 def push_ready(client: redis.Redis, queue: str, members: Sequence[tuple[float, str]]) -> None:
     """Make just-created jobs ready in a priority queue, as (score, member) pairs, and wake a
     worker: one script call per thousand jobs, in one round trip."""
-    script = _script(client, PUSH_READY_SCRIPT)
     keys = [priority_key(queue), wake_key(queue)]
     chunks = push_ready_args(members)
     if len(chunks) == 1:
-        script(keys=keys, args=chunks[0], client=client)
+        scripts.run(client, PUSH_READY_SCRIPT, keys, chunks[0])
         return
-    pipe = client.pipeline(transaction=False)
-    for args in chunks:
-        script(keys=keys, args=args, client=pipe)
-    pipe.execute()
+    scripts.run_many(client, PUSH_READY_SCRIPT, [(keys, args) for args in chunks])
 
 
 def wake(client: redis.Redis, queue: str) -> None:
@@ -139,8 +126,9 @@ def _remove_ready(pipe, intent: Intent) -> None:
 INFLIGHT_SECONDS = 5.0
 
 
-# First drops ARGV[4...] from the in-flight set (ids popped earlier whose claim has
-# committed: their acknowledgement rides on the next pop). Then moves up to ARGV[1]
+# First drops ARGV[4...] from the in-flight set: (id, token) pairs popped earlier whose
+# claim has committed (their acknowledgement rides on the next pop), each only if its
+# in-flight entry is still that pop's (see _ACKNOWLEDGE). Then moves up to ARGV[1]
 # ready ids into the in-flight set, due back at Redis TIME + ARGV[2] seconds. A
 # priority member "<µs>:<id>" pops as its id (the text after the last colon), and its
 # score and member are kept so a sweep can put it back in place. FIFO ids get rising
@@ -148,11 +136,11 @@ INFLIGHT_SECONDS = 5.0
 # would put them back in id order, not in line. Passes the wake token on when ids
 # remain, so another idle worker starts.
 _RESERVE = """
-if #ARGV > 3 then
-  local acked = {}
-  for i = 4, #ARGV do acked[#acked + 1] = ARGV[i] end
-  redis.call('ZREM', KEYS[2], unpack(acked))
-  redis.call('HDEL', KEYS[3], unpack(acked))
+for i = 4, #ARGV, 2 do
+  if redis.call('ZSCORE', KEYS[2], ARGV[i]) == ARGV[i + 1] then
+    redis.call('ZREM', KEYS[2], ARGV[i])
+    redis.call('HDEL', KEYS[3], ARGV[i])
+  end
 end
 local t = redis.call('TIME')
 local deadline = tonumber(t[1]) + tonumber(t[2]) / 1000000 + tonumber(ARGV[2])
@@ -171,7 +159,7 @@ else
     table.insert(places, popped[i + 1] .. ' ' .. popped[i])
   end
 end
-if #ids == 0 then return ids end
+if #ids == 0 then return {ids, {}} end
 for i, id in ipairs(ids) do
   table.insert(inflight, deadline + (i - 1) * step)
   table.insert(inflight, id)
@@ -184,29 +172,54 @@ if left > 0 then
   redis.call('LPUSH', KEYS[4], 1)
   redis.call('LTRIM', KEYS[4], 0, 0)
 end
-return ids
+return {ids, redis.call('ZMSCORE', KEYS[2], unpack(ids))}
 """
+
+
+class Popped(list):
+    """Ids a pop moved into flight, in pop order, with each one's pop token (its in-flight
+    score as Redis wrote it): an acknowledgement names the pop it is for, so a late one
+    cannot remove the entry of a later pop of the same id (another worker's)."""
+
+    def __init__(self, ids: Sequence[str] = (), tokens: Sequence[str] = ()) -> None:
+        super().__init__(ids)
+        self.tokens = list(tokens)
+
+    def pairs(self) -> list[tuple[str, str]]:
+        return list(zip(self, self.tokens, strict=True))
+
+
+def _popped(reply) -> Popped:
+    ids, tokens = reply
+    return Popped([_text(i) for i in ids], [_text(t) for t in tokens])
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _reserve_keys(queue: str, fifo: bool) -> list[str]:
     return [ready_key(queue, fifo), inflight_key(queue), inflight_places_key(queue), wake_key(queue)]
 
 
-def _reserve_args(count: int, fifo: bool, acknowledge: Sequence[str] = ()) -> list[int | float | str]:
-    return [count, INFLIGHT_SECONDS, "1" if fifo else "0", *acknowledge]
+def _reserve_args(
+    count: int, fifo: bool, acknowledge: Sequence[tuple[str, str]] = ()
+) -> list[int | float | str]:
+    return [count, INFLIGHT_SECONDS, "1" if fifo else "0", *(part for pair in acknowledge for part in pair)]
 
 
 def reserve(
-    client: redis.Redis, queue: str, fifo: bool, count: int, acknowledge: Sequence[str] = ()
-) -> list[str]:
+    client: redis.Redis, queue: str, fifo: bool, count: int, acknowledge: Sequence[tuple[str, str]] = ()
+) -> Popped:
     """Pop up to ``count`` ready ids of one queue into its in-flight set (atomic), after
-    acknowledging ``acknowledge`` (ids of the queue whose claim committed): one round trip."""
+    acknowledging ``acknowledge`` ((id, pop token) pairs of the queue whose claim
+    committed): one round trip."""
     # The hot path: EVALSHA, so the script's text is not sent (and hashed) on every pop.
     args = _reserve_args(count, fifo, acknowledge)
-    return list(_script(client, _RESERVE)(keys=_reserve_keys(queue, fifo), args=args, client=client))
+    return _popped(scripts.run(client, _RESERVE, _reserve_keys(queue, fifo), args))
 
 
-def wait_and_reserve(client: redis.Redis, queue: str, fifo: bool, count: int, timeout: float) -> list[str]:
+def wait_and_reserve(client: redis.Redis, queue: str, fifo: bool, count: int, timeout: float) -> Popped:
     """``wait_for_work`` on one queue, then ``reserve``, in one round trip (not on a cluster).
 
     Both commands go out together: Redis holds the pop until the wait ends, then
@@ -214,7 +227,7 @@ def wait_and_reserve(client: redis.Redis, queue: str, fifo: bool, count: int, ti
     served). A woken worker then holds its ids without asking again, a round trip
     nearer its job's start. After a wait that timed out, the pop finds what is there.
     """
-    script = _script(client, _RESERVE)
+    script = scripts.script(client, _RESERVE)
     keys = _reserve_keys(queue, fifo)
     pipe = client.pipeline(transaction=False)
     pipe.blpop([wake_key(queue)], timeout=timeout)
@@ -225,17 +238,36 @@ def wait_and_reserve(client: redis.Redis, queue: str, fifo: bool, count: int, ti
         return reserve(client, queue, fifo, count)  # Redis lost its scripts: this call loads it
     if isinstance(popped, Exception):
         raise popped
-    return list(popped)
+    return _popped(popped)
 
 
-def acknowledge(client: redis.Redis, popped: dict[str, list[str]]) -> None:
-    """Drop acknowledged ids (queue -> ids) from the in-flight sets: their claim committed."""
-    pipe = client.pipeline(transaction=False)
-    for queue, ids in popped.items():
-        if ids:
-            pipe.zrem(inflight_key(queue), *ids)
-            pipe.hdel(inflight_places_key(queue), *ids)
-    pipe.execute()
+# Drops in-flight entries whose claim committed, given as (id, pop token) pairs: only an
+# entry still holding that token, the pop's own. Removed by bare id, a late acknowledgement
+# could take the entry of a later pop of the same id (handed back and popped by another
+# worker meanwhile), which then could not be put back if its claim held it back.
+_ACKNOWLEDGE = """
+local dropped = 0
+for i = 1, #ARGV, 2 do
+  if redis.call('ZSCORE', KEYS[1], ARGV[i]) == ARGV[i + 1] then
+    redis.call('ZREM', KEYS[1], ARGV[i])
+    redis.call('HDEL', KEYS[2], ARGV[i])
+    dropped = dropped + 1
+  end
+end
+return dropped
+"""
+
+
+def acknowledge(client: redis.Redis, popped: dict[str, Sequence[tuple[str, str]]]) -> None:
+    """Drop acknowledged pops (queue -> (id, pop token) pairs) from the in-flight sets:
+    their claim committed."""
+    calls = [
+        ([inflight_key(queue), inflight_places_key(queue)], [part for pair in pairs for part in pair])
+        for queue, pairs in popped.items()
+        if pairs
+    ]
+    if calls:
+        scripts.run_many(client, _ACKNOWLEDGE, calls)
 
 
 # Lua shared by the two scripts that return in-flight ids to line: takes ``id`` out
@@ -279,7 +311,7 @@ def put_back(client: redis.Redis, queue: str, fifo: bool, ids: Sequence[str]) ->
     if not ids:
         return 0
     keys = (ready_key(queue, fifo), inflight_key(queue), inflight_places_key(queue))
-    return client.eval(_PUT_BACK, 3, *keys, "1" if fifo else "0", *ids)
+    return scripts.run(client, _PUT_BACK, keys, ["1" if fifo else "0", *ids])
 
 
 def wait_for_work(client: redis.Redis, queues: Sequence[str], timeout: float) -> bool:
@@ -324,7 +356,7 @@ return moved
 def return_expired(client: redis.Redis, queue: str, fifo: bool, limit: int = 1000) -> int:
     """Put popped ids never acknowledged (their worker died) back in the ready structure."""
     keys = (ready_key(queue, fifo), inflight_key(queue), inflight_places_key(queue), wake_key(queue))
-    return client.eval(_RETURN_EXPIRED, 4, *keys, "1" if fifo else "0", limit)
+    return scripts.run(client, _RETURN_EXPIRED, keys, ["1" if fifo else "0", limit])
 
 
 # Removes due members and returns only those this call removed, so two
@@ -343,7 +375,7 @@ return taken
 
 def take_due(client: redis.Redis, queue: str, limit: int = 1000) -> list[str]:
     """Remove and return ids whose due time has come (atomic per call)."""
-    return list(client.eval(_TAKE_DUE, 1, retry_key(queue), limit))
+    return list(scripts.run(client, _TAKE_DUE, [retry_key(queue)], [limit]))
 
 
 def depths(client: redis.Redis, queues: Sequence[tuple[str, bool]]) -> dict[str, dict[str, int]]:
@@ -383,7 +415,9 @@ def ready_heads(client: redis.Redis, queues: Sequence[tuple[str, bool]]) -> list
     # One script call per queue (each a single key, so a cluster routes it), then the
     # list heads in one pipeline.
     heads = [
-        member_job_id(member) for queue, _ in queues for member in client.eval(_HEADS, 1, priority_key(queue))
+        member_job_id(member)
+        for queue, _ in queues
+        for member in scripts.run(client, _HEADS, [priority_key(queue)])
     ]
     pipe = client.pipeline(transaction=False)
     for queue, _ in queues:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import redis
 
+from queue_app.broker import scripts
 from queue_app.broker.keys import (
     RECONCILE_KEY_TTL_SECONDS,
     fifo_key,
@@ -76,7 +77,9 @@ def snapshot_list(client: redis.Redis, list_key: str, set_key: str, *, chunk: in
     """
     start = 0
     while True:
-        copied = client.eval(_SNAPSHOT_CHUNK, 2, list_key, set_key, start, chunk, RECONCILE_KEY_TTL_SECONDS)
+        copied = scripts.run(
+            client, _SNAPSHOT_CHUNK, [list_key, set_key], [start, chunk, RECONCILE_KEY_TTL_SECONDS]
+        )
         start += copied
         if copied < chunk:
             return start
@@ -203,9 +206,10 @@ def release_staged(client: redis.Redis, queue: str, staging_token: str, *, chunk
     """
     staging = reconcile_staging_key(queue, staging_token)
     restored = reconcile_restored_key(queue, staging_token)
-    while client.eval(_RELEASE_CHUNK, 2, staging, restored, chunk, RECONCILE_KEY_TTL_SECONDS) == chunk:
+    release = [chunk, RECONCILE_KEY_TTL_SECONDS]
+    while scripts.run(client, _RELEASE_CHUNK, [staging, restored], release) == chunk:
         pass
-    return client.eval(_PREPEND, 2, restored, fifo_key(queue))
+    return scripts.run(client, _PREPEND, [restored, fifo_key(queue)])
 
 
 def discard_reconcile_keys(client: redis.Redis, queue: str, token: str) -> None:

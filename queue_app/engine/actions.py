@@ -35,15 +35,19 @@ def _conflict(job_id, action: str) -> TransitionNotAllowed | JobNotFound:
 
 
 def cancel_job(job_id, *, reason: str = "cancelled by request") -> Job:
-    """Cancel a queued or running job; its id leaves Redis through the outbox.
-
-    A running handler is not interrupted mid-statement, but its completion is
-    fenced off: the job stays cancelled and its result is not written.
+    """Cancel a job: a queued one at once (its id leaves Redis through the outbox); a
+    running one is asked to (``cancelling``): its worker, told at once, stops the
+    attempt and confirms, and only then is the job cancelled. Whatever the handler
+    did meanwhile, its result is not written. Asking again changes nothing.
     Raises TransitionNotAllowed (409) for a finished job.
     """
     job_id = _job_id(job_id)
     with transaction.atomic():
-        if apply_transition("cancel", job_id, message=reason) is None:
+        if (
+            apply_transition("cancel", job_id, message=reason) is None
+            and apply_transition("request_cancel", job_id, message=reason) is None
+            and not Job.objects.filter(id=job_id, status=Status.CANCELLING).exists()
+        ):
             raise _conflict(job_id, "cancel")
     log.info("job_cancelled", job_id=str(job_id))
     return Job.objects.get(id=job_id)
@@ -53,11 +57,16 @@ def retry_job(job_id, *, reason: str = "retried by request") -> Job:
     """Queue a failed or cancelled job again, with one more attempt allowed.
 
     Attempts are never reset (they fence stale workers); instead max_attempts
-    rises to at least attempts + 1. Raises TransitionNotAllowed otherwise.
+    rises to at least attempts + 1. A job still cancelling keeps the request and is
+    queued when its worker confirms the cancel: never claimable while the old
+    attempt runs. Raises TransitionNotAllowed otherwise.
     """
     job_id = _job_id(job_id)
     with transaction.atomic():
-        if apply_transition("retry", job_id, message=reason) is None:
+        if (
+            apply_transition("retry", job_id, message=reason) is None
+            and apply_transition("request_retry", job_id, message=reason) is None
+        ):
             raise _conflict(job_id, "retry")
     log.info("job_retried", job_id=str(job_id))
     return Job.objects.get(id=job_id)

@@ -30,7 +30,7 @@ from queue_app.engine.transitions import (
 from queue_app.handlers import get_handler
 from queue_app.models import Job, JobLog
 from queue_app.observability import metrics, tracing
-from queue_app.states import COMPLETION_FENCED, FAILURE_FENCED, HEARTBEAT_FENCED, Status
+from queue_app.states import COMPLETION_FENCED, FAILURE_FENCED, HEARTBEAT_FENCED, RUNNING, Status, Transition
 
 log = structlog.get_logger("queue_app.services")
 
@@ -171,18 +171,21 @@ class Completion:
     result: Any
 
 
-def complete_jobs(completions: Sequence[Completion]) -> set[str]:
+def complete_jobs(completions: Sequence[Completion], *, settle_rejected: bool = True) -> set[str]:
     """Complete many jobs in one statement; returns the ids the fence let through.
 
-    A job cancelled, rescued or re-claimed since this attempt began keeps its
-    state: its result is not written, and a 'completion_fenced' row says so.
+    A job rescued or re-claimed since this attempt began keeps its state: its
+    result is not written, and a 'completion_fenced' row says so; a job asked to
+    cancel meanwhile is cancelled instead (``settle_rejected_attempts``). An
+    atomic handler's caller passes ``settle_rejected=False`` and settles the
+    rejection once its transaction has rolled back.
     """
     if not completions:
         return set()
     with sql.prepared() as cursor:
         with sql.one_round_trip():
             cursor.execute(*_completion_statement(completions))
-        return _completed(completions, cursor.fetchall())
+        return _completed(completions, cursor.fetchall(), settle_rejected=settle_rejected)
 
 
 def _completion_statement(completions: Sequence[Completion]) -> tuple[str, dict[str, Any]]:
@@ -190,13 +193,15 @@ def _completion_statement(completions: Sequence[Completion]) -> tuple[str, dict[
     return sql.query("complete_jobs"), {"rows": json.dumps(rows), **table_params("complete")}
 
 
-def _completed(completions: Sequence[Completion], written: list[tuple]) -> set[str]:
-    """After the completion statement, in its transaction: count, and record the fenced ones."""
+def _completed(
+    completions: Sequence[Completion], written: list[tuple], *, settle_rejected: bool = True
+) -> set[str]:
+    """After the completion statement: count, and settle the ones the fence turned away."""
     done = {str(row[0]) for row in written}
     metrics.jobs_completed((row[1], row[2]) for row in written)
-    fenced = [(c.job_id, c.fence) for c in completions if c.job_id not in done]
-    if fenced:
-        _record_fenced(fenced, COMPLETION_FENCED)
+    rejected = [(c.job_id, c.fence) for c in completions if c.job_id not in done]
+    if rejected and settle_rejected:
+        settle_rejected_attempts(rejected, COMPLETION_FENCED)
     for job_id in done:
         log.debug("job_completed", job_id=job_id)
     if done:
@@ -204,10 +209,46 @@ def _completed(completions: Sequence[Completion], written: list[tuple]) -> set[s
     return done
 
 
-def note_fenced(job_id: str, fence: int) -> None:
-    """Record that an attempt's completion was rejected (after its atomic work rolled back)."""
+def settle_rejected_attempts(attempts: Sequence[tuple[str, int]], event: str | None) -> set[str]:
+    """Attempts (job id, fence) whose outcome the fence turned away; returns the ids cancelled.
+
+    A job still cancelling for that attempt is cancelled now: its attempt has stopped,
+    which is what the cancel waited for (and a retry asked for meanwhile is applied, in
+    the same transaction). The others lost their job to a rescue or a later claim: a
+    row with ``event`` says so (none when ``event`` is None).
+    """
+    if not attempts:
+        return set()
+    rows = [{"id": job_id, "fence": fence} for job_id, fence in attempts]
     with transaction.atomic():
-        _record_fenced([(job_id, fence)], COMPLETION_FENCED)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                sql.query("confirm_cancels"), {"rows": json.dumps(rows), **table_params("confirm_cancel")}
+            )
+            found = cursor.fetchall()
+        _cancelled(transition("confirm_cancel"), found, "the attempt stopped: cancel confirmed")
+        confirmed = {str(row[0]) for row in found}
+        lost = [(job_id, fence) for job_id, fence in attempts if job_id not in confirmed]
+        if lost and event is not None:
+            _record_fenced(lost, event)
+    return confirmed
+
+
+def confirm_cancel(job_id: str, fence: int) -> bool:
+    """The attempt ``fence`` of a job asked to cancel has stopped: cancel the job (True),
+    or nothing when the job was not cancelling for that attempt (False)."""
+    return bool(settle_rejected_attempts([(job_id, fence)], None))
+
+
+def _cancelled(row: Transition, found: list[tuple], message: str) -> None:
+    """Log rows of jobs just cancelled by ``row``, then the retries asked for while they were
+    cancelling (the rows' last column), in the caller's transaction."""
+    jobs = [TransitionedJob(str(item[0]), *item[1:7]) for item in found]
+    record_transitions(row, jobs, message=message)
+    for item in found:
+        log.info("job_cancel_confirmed", job_id=str(item[0]), by=row.name)
+        if item[7]:
+            apply_transition("retry", item[0], message="retried: asked for while the job was cancelling")
 
 
 def _record_fenced(attempts: Sequence[tuple[str, int]], event: str) -> None:
@@ -279,7 +320,8 @@ def fail_job(
     traceback, if one did. The traceback stays on the job, out of the log
     rows, so the trail does not repeat it for every attempt.
 
-    Returns the new status, or None when the fence rejected the write.
+    Returns the new status, or None when the fence rejected the write. A job asked
+    to cancel is cancelled instead: the attempt has ended.
     """
     job_type = Job.objects.filter(id=job_id).values_list("type", flat=True).first()
     spec = _spec_or_none(job_type)
@@ -305,7 +347,8 @@ def fail_job(
         if job is None:
             job = apply_transition("fail", job_id, **settled)
         if job is None:
-            _record_fenced([(job_id, fence)], FAILURE_FENCED)
+            if settle_rejected_attempts([(job_id, fence)], FAILURE_FENCED):
+                return Status.CANCELLED
             return None
         metrics.job_failed(job_type, job.queue, retried=job.status == Status.QUEUED)
     log.info(
@@ -323,8 +366,9 @@ def _spec_or_none(job_type: str | None):
         return None
 
 
-def rescue_expired_leases(limit: int = 1000) -> list[TransitionedJob]:
-    """Jobs whose worker stopped heartbeating: the attempt counts as failed.
+def rescue_expired_leases(limit: int = 1000, *, queues: Sequence[str] | None = None) -> list[TransitionedJob]:
+    """Jobs whose worker stopped heartbeating: the attempt counts as failed. Only jobs of
+    ``queues`` when given.
 
     The fence stays, so a paused worker that wakes up later cannot write over
     the next attempt (whose claim raises it).
@@ -343,6 +387,7 @@ def rescue_expired_leases(limit: int = 1000) -> list[TransitionedJob]:
                     "error": error,
                     "error_class": "queue_app.exceptions.LeaseLost",
                     "limit": limit,
+                    "queues": None if queues is None else list(queues),
                 },
             )
             rows = cursor.fetchall()
@@ -351,35 +396,50 @@ def rescue_expired_leases(limit: int = 1000) -> list[TransitionedJob]:
             metrics.job_failed(row[7], row[3], retried=row[1] == requeue.target)
         record_transitions(requeue, [job for job in jobs if job.status == requeue.target], message=error)
         record_transitions(fail, [job for job in jobs if job.status == fail.target], message=error)
+        cancel = transition("rescue_cancel")
+        with connection.cursor() as cursor:
+            cursor.execute(
+                sql.query("rescue_cancelling"),
+                {
+                    **table_params("rescue_cancel"),
+                    "limit": limit,
+                    "queues": None if queues is None else list(queues),
+                },
+            )
+            found = cursor.fetchall()
+        _cancelled(cancel, found, "lease expired while cancelling: the worker stopped heartbeating")
     for job in jobs:
         log.warning("lease_expired", job_id=job.id, attempt=job.attempts, status=job.status)
-    return jobs
+    return jobs + [TransitionedJob(str(item[0]), *item[1:7]) for item in found]
 
 
-def extend_leases(held: Sequence[tuple[str, int]], *, worker_id: str) -> set[str]:
+def extend_leases(held: Sequence[tuple[str, int]], *, worker_id: str) -> dict[str, str]:
     """Heartbeat: push out the leases of ``held`` (id, fence) this worker still holds;
-    returns the ids still held.
+    returns id -> status of those still held ('cancelling' when asked to cancel).
 
-    A lease this attempt no longer holds is not extended, and a 'heartbeat_fenced'
-    row says so.
+    Writes nothing for the others: the caller knows which of them it settled
+    meanwhile, and records the rest (``note_leases_lost``).
     """
     if not held:
-        return set()
+        return {}
     rows = [{"id": job_id, "fence": fence} for job_id, fence in held]
     params = {
         "rows": json.dumps(rows),
         "worker": worker_id,
         "lease": queue_settings().LEASE_SECONDS,
-        "processing": Status.PROCESSING,
+        "running": sorted(RUNNING),
     }
     with sql.prepared() as cursor:
         with sql.one_round_trip():
             cursor.execute(sql.query("extend_leases"), params)
-        still_held = {str(row[0]) for row in cursor.fetchall()}
-    lost = [(job_id, fence) for job_id, fence in held if job_id not in still_held]
+        return {str(row[0]): row[1] for row in cursor.fetchall()}
+
+
+def note_leases_lost(lost: Sequence[tuple[str, int]]) -> None:
+    """Record that these attempts (id, fence), not settled by their worker, no longer hold their jobs."""
     if lost:
-        _record_fenced(lost, HEARTBEAT_FENCED)
-    return still_held
+        with transaction.atomic():
+            _record_fenced(lost, HEARTBEAT_FENCED)
 
 
 def hand_back_job(job_id: str, fence: int, *, worker_id: str, reason: str) -> bool:
@@ -391,7 +451,9 @@ def hand_back_job(job_id: str, fence: int, *, worker_id: str, reason: str) -> bo
     token no earlier holder ever had.
     """
     if apply_transition("hand_back", job_id, fence=fence, worker=worker_id, message=reason) is None:
-        log.info("hand_back_skipped", job_id=job_id, fence=fence)
+        # Asked to cancel: the attempt has stopped, so the cancel is confirmed instead.
+        if not settle_rejected_attempts([(job_id, fence)], None):
+            log.info("hand_back_skipped", job_id=job_id, fence=fence)
         return False
     log.info("job_handed_back", job_id=job_id, fence=fence, reason=reason)
     return True

@@ -6,13 +6,13 @@ import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from django.db.models import Q
+from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
 from queue_app.ids import parse_job_id
 from queue_app.models import Job
-from queue_app.states import Status
+from queue_app.states import RUNNING, Status
 
 
 def valid_ids(ids: Iterable[str]) -> list[uuid.UUID]:
@@ -71,8 +71,19 @@ def held_by(worker_id: str) -> list[tuple[str, int]]:
     """(id, fence) of the jobs a worker identity holds, latest enqueued first: handed back
     in this order, strict-FIFO jobs end up at the head of their list in enqueue order."""
     rows = (
-        Job.objects.filter(status=Status.PROCESSING, worker_id=worker_id)
+        Job.objects.filter(status__in=RUNNING, worker_id=worker_id)
         .order_by("-enqueued_at", "-id")
         .values_list("id", "fence")
     )
     return [(str(pk), fence) for pk, fence in rows]
+
+
+def held_by_with_lease(worker_id: str) -> list[tuple[str, int, bool]]:
+    """(id, fence, lease expired) of the jobs a worker identity holds, as ``held_by`` orders them."""
+    rows = (
+        Job.objects.filter(status__in=RUNNING, worker_id=worker_id)
+        .order_by("-enqueued_at", "-id")
+        .annotate(expired=ExpressionWrapper(Q(lease_expires_at__lt=Now()), output_field=BooleanField()))
+        .values_list("id", "fence", "expired")
+    )
+    return [(str(pk), fence, bool(expired)) for pk, fence, expired in rows]

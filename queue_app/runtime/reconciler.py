@@ -6,7 +6,9 @@ Redis can always be rebuilt from PostgreSQL. One run, in this order:
 1. rescue: ``processing`` jobs whose lease expired (their worker died) go back
    to ``queued`` with a backoff, or to ``failed`` when no attempt is left
    (``execution.rescue_expired_leases``; their outbox rows reach Redis through
-   the relay);
+   the relay). Each queue's maintenance leader does this every
+   LEASE_RESCUE_SECONDS (runtime/maintenance.py); the pass does it again, for
+   every queue, for the queues no running worker serves;
 2. prune: ids in any structure of a configured queue whose job is missing, no
    longer queued, or belongs elsewhere are removed (before restoring, so the
    scan does not walk the ids this run is about to add);

@@ -51,7 +51,8 @@ CREATE TABLE chaos_execution (
 CREATE INDEX ON chaos_execution (job_id);
 """
 
-# Log events that end a claim's attempt: every transition out of 'processing'.
+# Log events that end a claim's attempt: every transition out of 'processing' (a cancel
+# request among them: the attempt must stop, and runs on only until its worker confirms).
 ENDING_EVENTS = sorted(event for event, (sources, _) in TRANSITIONS.items() if Status.PROCESSING in sources)
 
 # Each execution with the claim it ran under and the log row that ended that claim's attempt.
@@ -243,21 +244,37 @@ SQL_CHECKS: dict[str, Check] = {
         " lease expiry, hand-back), whatever it wrote; cancels are counted below",
         "SELECT count(*) FROM chaos_execution_claim",
         """SELECT job_id, execution, attempt, end_event, ended_at, started_at FROM chaos_execution_claim
-            WHERE end_event IS DISTINCT FROM 'cancelled' AND started_at >= ended_at""",
+            WHERE end_event IS DISTINCT FROM 'cancel_requested' AND started_at >= ended_at""",
     ),
     "cancel_race_bounded": Check(
         "the cancel-after-claim race (counted as checked): an execution that starts after a cancel"
         " ended its attempt is of a job a client cancelled, starts within one heartbeat (+1 s) of"
         " the cancel, and writes neither result nor effect",
         """SELECT count(*) FROM chaos_execution_claim
-            WHERE end_event = 'cancelled' AND started_at >= ended_at""",
+            WHERE end_event = 'cancel_requested' AND started_at >= ended_at""",
         f"""SELECT e.job_id, e.execution, e.started_at - e.ended_at AS late_by, s.client_cancelled
              FROM chaos_execution_claim e JOIN jobs j ON j.id = e.job_id
              JOIN chaos_submission s ON s.ref = j.payload->>'ref'
-            WHERE e.end_event = 'cancelled' AND e.started_at >= e.ended_at
+            WHERE e.end_event = 'cancel_requested' AND e.started_at >= e.ended_at
               AND (NOT s.client_cancelled
                    OR e.started_at > e.ended_at + make_interval(secs => %(cancel_race_seconds)s)
                    OR {_WROTE})""",
+    ),
+    "no_two_executions_overlap": Check(
+        "no two executions of one job run at the same time, whatever the handler catches (a"
+        " cancel, then a retry, included), unless the earlier one's attempt ended by its lease"
+        " expiring: its process was paused or cut off from PostgreSQL, and its writes are fenced",
+        "SELECT count(*) FROM chaos_execution",
+        # An execution killed with its process journaled no end: the row that ended its
+        # attempt (written once the process was found dead) bounds it instead.
+        """SELECT e1.job_id, e1.execution, e2.execution, c1.end_event
+             FROM chaos_execution e1
+             JOIN chaos_execution_claim c1 ON c1.execution = e1.execution
+             JOIN chaos_execution e2 ON e2.job_id = e1.job_id
+              AND (e1.attempt, e1.started_at, e1.execution) < (e2.attempt, e2.started_at, e2.execution)
+              AND e2.started_at < coalesce(e1.ended_at, c1.ended_at, 'infinity')
+              AND e1.started_at < coalesce(e2.ended_at, 'infinity')
+            WHERE coalesce(c1.end_event, '') NOT LIKE 'lease_expired%%'""",
     ),
     "effect_exactly_once_per_completed_job": Check(
         "a probe.chaos job's side effect exists once if it completed (by the completing"

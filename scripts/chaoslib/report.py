@@ -50,7 +50,7 @@ _DATABASE_FIGURES = {
                     WHERE type = 'probe.chaos_poison' GROUP BY 1) AS ways""",
     "overlapping_pairs": f"SELECT count(*) FROM {OVERLAPPING_EXECUTIONS}",
     "cancel_races": """SELECT count(*) FROM chaos_execution_claim
-                        WHERE end_event = 'cancelled' AND started_at >= ended_at""",
+                        WHERE end_event = 'cancel_requested' AND started_at >= ended_at""",
     "killed_mid_handler": "SELECT count(*) FROM chaos_execution WHERE ended_at IS NULL",
     # A run after one that ended other than by the handler's own (deliberate) failure.
     "redelivered": """

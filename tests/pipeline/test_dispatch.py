@@ -247,11 +247,31 @@ def in_order_intents(fifo: bool) -> list:
 
 
 @pytest.mark.parametrize("fifo", [True, False])
+def test_a_late_acknowledgement_leaves_a_later_pop_of_the_same_id_in_flight(redis_client, fifo):
+    """Issue 30 item 5: worker A popped an id; it went back in line (A's claim held it back,
+    or a sweep returned it) and worker B popped it again. A's acknowledgement, sent late,
+    names A's pop: B's in-flight entry stays, so B can still put the id back."""
+    broker.apply(redis_client, in_order_intents(fifo))
+    first = broker.reserve(redis_client, "q", fifo, 1)
+    assert broker.put_back(redis_client, "q", fifo, first) == 1
+    second = broker.reserve(redis_client, "q", fifo, 1)
+    assert first == second == ["id-0"] and first.tokens != second.tokens
+    broker.acknowledge(redis_client, {"q": first.pairs()})  # A's, late
+    assert redis_client.zscore(broker.inflight_key("q"), "id-0") is not None
+    # Riding on a pop, too: A's next pop carries the late acknowledgement.
+    broker.reserve(redis_client, "q", fifo, 0, acknowledge=first.pairs())
+    assert redis_client.zscore(broker.inflight_key("q"), "id-0") is not None
+    broker.acknowledge(redis_client, {"q": second.pairs()})  # B's own
+    assert redis_client.zscore(broker.inflight_key("q"), "id-0") is None
+
+
+@pytest.mark.parametrize("fifo", [True, False])
 def test_a_pop_moves_ids_in_flight_until_acknowledged(redis_client, fifo):
     broker.apply(redis_client, in_order_intents(fifo))
-    assert broker.reserve(redis_client, "q", fifo, 3) == ["id-0", "id-1", "id-2"]
+    popped = broker.reserve(redis_client, "q", fifo, 3)
+    assert popped == ["id-0", "id-1", "id-2"]
     assert sorted(redis_client.zrange(broker.inflight_key("q"), 0, -1)) == ["id-0", "id-1", "id-2"]
-    broker.acknowledge(redis_client, {"q": ["id-0", "id-1", "id-2"]})
+    broker.acknowledge(redis_client, {"q": popped.pairs()})
     assert redis_client.zcard(broker.inflight_key("q")) == 0
     assert not redis_client.exists(broker.inflight_places_key("q"))
     # Nothing expired: a sweep moves nothing.

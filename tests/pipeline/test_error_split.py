@@ -29,6 +29,24 @@ def test_worker_stores_the_summary_and_the_traceback_apart():
     assert not JobLog.objects.filter(job_id=job.id, message__contains="Traceback").exists()
 
 
+@pytest.mark.parametrize(
+    ("job_type", "message"), [("probe.fail_io", "slot failure"), ("probe.fail_async", "coroutine failure")]
+)
+def test_a_slot_jobs_failure_keeps_its_traceback_from_the_owner(job_type, message):
+    """Issue 30 item 10: the slot path wrote the whole traceback as the owner's summary. It
+    now settles through the same executor as the main thread: the whole field compared."""
+    job = enqueue_job(job_type)
+    run_worker(slots=2)
+    job.refresh_from_db()
+    assert job.status == "failed"
+    assert job.last_error == f"ValueError: {message}"
+    assert job.last_error_class == "builtins.ValueError"
+    assert job.last_error_traceback.startswith("Traceback (most recent call last):")
+    assert job.last_error_traceback.rstrip().endswith(f"ValueError: {message}")
+    [entry] = JobLog.objects.filter(job_id=job.id, event="failed")
+    assert entry.message == f"ValueError: {message}"
+
+
 def test_a_later_success_clears_the_traceback():
     job = enqueue_job("demo.echo", {})
     (claimed,) = execution.claim_jobs([str(job.id)], worker_id="split-test")

@@ -88,9 +88,12 @@ def test_stale_failure_is_rejected(rescued_and_reclaimed):
 def test_stale_heartbeat_is_rejected(rescued_and_reclaimed):
     old, new = rescued_and_reclaimed
     lease_before = assert_held_by_attempt_2(old.id).lease_expires_at
-    assert execution.extend_leases([(old.id, old.fence)], worker_id=WORKER) == set()
+    assert set(execution.extend_leases([(old.id, old.fence)], worker_id=WORKER)) == set()
     assert assert_held_by_attempt_2(old.id).lease_expires_at == lease_before
+    # The heartbeat records it once it knows the attempt was not settled meanwhile.
+    assert fenced_rows(old.id, "heartbeat_fenced") == []
+    execution.note_leases_lost([(old.id, old.fence)])
     assert fenced_rows(old.id, "heartbeat_fenced") == [{"fence": 1}]
     # A heartbeat for the current attempt extends its lease.
-    assert execution.extend_leases([(new.id, new.fence)], worker_id=WORKER) == {new.id}
+    assert set(execution.extend_leases([(new.id, new.fence)], worker_id=WORKER)) == {new.id}
     assert Job.objects.get(id=new.id).lease_expires_at > lease_before

@@ -10,7 +10,7 @@ from queue_app.engine import execution, selectors
 from queue_app.models import OutboxMessage
 from queue_app.runtime.worker import Worker
 from queue_app.services import enqueue_job
-from tests.helpers import relay_all
+from tests.helpers import hold_batch, relay_all
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
@@ -26,9 +26,7 @@ def fifo_batch(queue_config, redis_client):
     worker = Worker(worker_id="w", queues=["bulk"])
     claimed = execution.claim(popped, worker_id="w").jobs
     assert [job.id for job in claimed] == ids[:5]
-    for job in claimed:
-        worker.held[job.id] = job.fence
-    worker.current, worker.unstarted = claimed[0], claimed[1:]
+    hold_batch(worker, claimed)
     return worker, ids
 
 
@@ -52,7 +50,7 @@ def test_a_fifo_batch_behind_a_slow_job_is_not_released(fifo_batch, redis_client
     worker._claimed_at = time.monotonic() - worker.release_after_seconds - 1
     worker.release_batch()
     relay_all()
-    assert [job.id for job in worker.unstarted] == ids[1:5]
+    assert [a.job.id for a in worker.holdings.unstarted()] == ids[1:5]
     assert fifo_list(redis_client) == ids[5:]
 
 

@@ -10,9 +10,10 @@ from django.db import OperationalError, connection
 from queue_app import broker
 from queue_app.engine import execution
 from queue_app.models import Job
-from queue_app.runtime.worker import ACK_DELAY_SECONDS, Worker
+from queue_app.runtime.producer import ACK_DELAY_SECONDS
+from queue_app.runtime.worker import Worker
 from queue_app.services import enqueue_job
-from tests.helpers import ready_ids, relay_all
+from tests.helpers import hold_batch, ready_ids, relay_all
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
@@ -24,9 +25,7 @@ def test_jobs_a_failed_release_did_not_hand_back_stay_to_run(redis_client):
     worker = Worker(worker_id="w", queues=["default"])
     claimed = execution.claim(popped, worker_id="w").jobs
     assert sorted(job.id for job in claimed) == sorted(ids)
-    for job in claimed:
-        worker.held[job.id] = job.fence
-    worker.current, worker.unstarted = claimed[0], claimed[1:]
+    hold_batch(worker, claimed)
     worker._claimed_at = time.monotonic() - worker.release_after_seconds - 1
 
     # The second job's hand-back fails: its row is locked elsewhere and the wait times out.
@@ -43,10 +42,10 @@ def test_jobs_a_failed_release_did_not_hand_back_stay_to_run(redis_client):
             cursor.execute("RESET statement_timeout")
 
     assert Job.objects.get(id=claimed[1].id).status == "queued"  # handed back before the failure
-    assert [job.id for job in worker.unstarted] == [claimed[2].id, claimed[3].id]
+    assert [a.job.id for a in worker.holdings.unstarted()] == [claimed[2].id, claimed[3].id]
     # The next release (the heartbeat's next beat) hands them back.
     worker.release_batch()
-    assert worker.unstarted == []
+    assert worker.holdings.unstarted() == []
     statuses = dict(Job.objects.filter(id__in=ids).values_list("id", "status"))
     assert {str(job_id): status for job_id, status in statuses.items()} == {
         claimed[0].id: "processing",
@@ -54,7 +53,7 @@ def test_jobs_a_failed_release_did_not_hand_back_stay_to_run(redis_client):
         claimed[2].id: "queued",
         claimed[3].id: "queued",
     }
-    assert set(worker.held) == {claimed[0].id}
+    assert {a.job.id for a in worker.holdings.all()} == {claimed[0].id}
 
 
 @pytest.mark.parametrize("hand_back", ["release", "stop"])
@@ -69,10 +68,8 @@ def test_a_late_acknowledgement_does_not_take_a_handed_back_jobs_next_pop(redis_
     popped = broker.reserve(redis_client, "default", False, 2)
     worker = Worker(worker_id="a", queues=["default"])
     claimed = execution.claim(popped, worker_id="a").jobs
-    worker._defer_acknowledgement({"default": popped})  # as after every claim
-    for job in claimed:
-        worker.held[job.id] = job.fence
-    worker.current, worker.unstarted = claimed[0], claimed[1:]
+    worker.producer._defer_acknowledgement({"default": popped})  # as after every claim
+    hold_batch(worker, claimed)
     handed_back = claimed[1].id
 
     if hand_back == "release":
@@ -82,8 +79,8 @@ def test_a_late_acknowledgement_does_not_take_a_handed_back_jobs_next_pop(redis_
         worker._hand_back_unstarted("worker stopping before the job started")
     relay_all()
     assert broker.reserve(redis_client, "default", False, 5) == [handed_back]  # worker B
-    worker._unacknowledged_since -= ACK_DELAY_SECONDS
-    worker.acknowledge_overdue()  # worker A's heartbeat
+    worker.producer._unacknowledged_since -= ACK_DELAY_SECONDS
+    worker.producer.acknowledge_overdue()  # worker A's heartbeat
 
     assert redis_client.zscore(broker.inflight_key("default"), handed_back) is not None
     assert broker.put_back(redis_client, "default", False, [handed_back]) == 1

@@ -16,7 +16,7 @@ from queue_app.engine import execution
 from queue_app.engine.execution import Completion
 from queue_app.exceptions import QueueError
 from queue_app.models import Job, JobLog, OutboxMessage
-from queue_app.states import TRANSITION_TABLE, TRANSITIONS, Status
+from queue_app.states import RUNNING, TRANSITION_TABLE, TRANSITIONS, Status
 
 pytestmark = pytest.mark.django_db
 
@@ -39,7 +39,28 @@ APPLY = {
     "rescue_requeue": lambda job: execution.rescue_expired_leases(),
     "rescue_fail": lambda job: execution.rescue_expired_leases(),
     "cancel": lambda job: services.cancel_job(job.id),
+    "request_cancel": lambda job: services.cancel_job(job.id),
+    "confirm_cancel": lambda job: execution.confirm_cancel(str(job.id), job.fence),
+    "rescue_cancel": lambda job: execution.rescue_expired_leases(),
     "retry": lambda job: services.retry_job(job.id),
+    "request_retry": lambda job: services.retry_job(job.id),
+}
+
+# An entry point that serves two transitions takes the other one from these statuses (an
+# attempt that ends while its job is cancelling confirms the cancel, whatever its outcome).
+OTHER_TRANSITION = {
+    ("cancel", Status.PROCESSING): "request_cancel",
+    ("request_cancel", Status.QUEUED): "cancel",
+    ("retry", Status.CANCELLING): "request_retry",
+    ("request_retry", Status.FAILED): "retry",
+    ("request_retry", Status.CANCELLED): "retry",
+    ("complete", Status.CANCELLING): "confirm_cancel",
+    ("schedule_retry", Status.CANCELLING): "confirm_cancel",
+    ("fail", Status.CANCELLING): "confirm_cancel",
+    ("hand_back", Status.CANCELLING): "confirm_cancel",
+    ("rescue_requeue", Status.CANCELLING): "rescue_cancel",
+    ("rescue_fail", Status.CANCELLING): "rescue_cancel",
+    ("rescue_cancel", Status.PROCESSING): "rescue_requeue",
 }
 
 # The rescue chooses between its two transitions by the attempts left.
@@ -55,8 +76,8 @@ def _seed(status: str, *, max_attempts: int) -> Job:
         attempts=1,
         fence=1,
         max_attempts=max_attempts,
-        worker_id=WORKER if status == Status.PROCESSING else "",
-        lease_expires_at=timezone.now() - timedelta(minutes=1) if status == Status.PROCESSING else None,
+        worker_id=WORKER if status in RUNNING else "",
+        lease_expires_at=timezone.now() - timedelta(minutes=1) if status in RUNNING else None,
     )
 
 
@@ -101,6 +122,13 @@ def test_from_any_other_status_nothing_changes(name, source):
     with contextlib.suppress(QueueError):
         APPLY[name](job)
 
+    other = OTHER_TRANSITION.get((name, source))
+    if other is not None:
+        # The entry point took the transition meant for this status instead.
+        assert Job.objects.get(id=job.id).status == TRANSITION_TABLE[other].target
+        assert JobLog.objects.filter(job_id=job.id, event=TRANSITION_TABLE[other].event).exists()
+        assert not JobLog.objects.filter(job_id=job.id, event=row.event).exists()
+        return
     assert Job.objects.get(id=job.id).status == source
     assert not JobLog.objects.filter(job_id=job.id, event=row.event).exists()
     assert not OutboxMessage.objects.filter(job_id=job.id).exists()

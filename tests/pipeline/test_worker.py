@@ -3,14 +3,17 @@
 import random
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 from structlog.testing import capture_logs
 
 from queue_app import broker, services
 from queue_app.engine import execution
 from queue_app.engine.execution import Completion, claim_jobs
+from queue_app.exceptions import LeaseLost
 from queue_app.models import Job, JobLog
 from queue_app.runtime.worker import Worker
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
@@ -40,15 +43,15 @@ def test_a_worker_woken_after_its_stop_puts_the_popped_ids_back_unclaimed():
     client = broker.get_client()
     assert ready_ids(client) == [str(job.id)]
     worker = Worker(worker_id="w-stopped", queues=["default"])
-    worker._refresh_controls(now=True)
+    worker.producer.refresh_controls(now=True)
     worker.stopping = True
-    assert worker._wait_for_work(client) == {}
+    assert worker.producer.wait_for_work(client, 1, lambda: worker.stopping) == {}
     assert ready_ids(client) == [str(job.id)]
     assert client.zcard(broker.inflight_key("default")) == 0
     job.refresh_from_db()
     assert job.status == "queued" and job.attempts == 0
     worker.stopping = False
-    assert worker._wait_for_work(client) == {"default": [str(job.id)]}
+    assert worker.producer.wait_for_work(client, 1, lambda: worker.stopping) == {"default": [str(job.id)]}
 
 
 def test_failing_handler_ends_failed_after_exactly_max_attempts_with_backoff():
@@ -133,15 +136,15 @@ def test_popped_id_of_a_missing_job_is_logged_and_dropped():
     assert [entry["event"] for entry in logs].count("job_not_found_in_db") == 2
 
 
-def test_completion_after_cancel_is_fenced_and_result_not_written():
+def test_a_completion_after_a_cancel_request_confirms_the_cancel_and_writes_no_result():
     job = enqueue_job("demo.echo", {"v": 1})
     relay_all()
     [claimed] = claim_jobs([str(job.id)], worker_id="w")
-    services.cancel_job(job.id)
+    assert services.cancel_job(job.id).status == "cancelling"
     assert execution.complete_jobs([Completion(claimed.id, claimed.fence, {"v": 1})]) == set()
     job.refresh_from_db()
     assert job.status == "cancelled" and job.result is None
-    assert events(job)[-1] == "completion_fenced"
+    assert events(job)[-2:] == ["cancel_requested", "cancel_confirmed"]
 
 
 def test_a_stale_holder_is_fenced_off_after_a_hand_back_and_a_new_claim():
@@ -154,7 +157,7 @@ def test_a_stale_holder_is_fenced_off_after_a_hand_back_and_a_new_claim():
     assert fresh.attempt == stale.attempt == 1  # the hand-back charged nothing
     assert fresh.fence == stale.fence + 1
     # The stale holder (same attempt number, old token) can neither extend, fail nor complete.
-    assert execution.extend_leases([(stale.id, stale.fence)], worker_id="new") == set()
+    assert set(execution.extend_leases([(stale.id, stale.fence)], worker_id="new")) == set()
     assert execution.fail_job(stale.id, stale.fence, "stale failure") is None
     assert execution.complete_jobs([Completion(stale.id, stale.fence, "stale")]) == set()
     assert execution.hand_back_job(stale.id, stale.fence, worker_id="new", reason="stale") is False
@@ -162,22 +165,43 @@ def test_a_stale_holder_is_fenced_off_after_a_hand_back_and_a_new_claim():
     assert job.status == "processing" and job.worker_id == "new" and job.last_error == ""
     assert events(job)[-2:] == ["failure_fenced", "completion_fenced"]
     # The new holder still holds it.
-    assert execution.extend_leases([(fresh.id, fresh.fence)], worker_id="new") == {fresh.id}
+    assert set(execution.extend_leases([(fresh.id, fresh.fence)], worker_id="new")) == {fresh.id}
     assert execution.complete_jobs([Completion(fresh.id, fresh.fence, "fresh")]) == {fresh.id}
     job.refresh_from_db()
     assert job.status == "completed" and job.result == "fresh" and job.attempts == 1
 
 
+def _run_in_main_thread(worker: Worker, claimed) -> None:
+    [attempt] = worker.holdings.claimed([claimed])
+    worker.holdings.next_unstarted()
+    worker.executor.run(attempt, worker._main)
+
+
 def test_atomic_handler_effect_rolls_back_when_fenced():
+    """The attempt lost its lease to a rescue while it ran: its completion and the
+    handler's own writes roll back, and one row says so."""
     job = enqueue_job("probe.effect", {"sleep": 0})
     [claimed] = claim_jobs([str(job.id)], worker_id="w")
-    services.cancel_job(job.id)
-    worker = Worker(worker_id="w", queues=["default"])
-    worker.held[claimed.id] = claimed.fence
-    worker.run_job(claimed)
+    Job.objects.filter(id=job.id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    execution.rescue_expired_leases()
+    _run_in_main_thread(Worker(worker_id="w", queues=["default"]), claimed)
     assert not Effect.objects.exists()
     job.refresh_from_db()
-    assert job.status == "cancelled" and events(job)[-1] == "completion_fenced"
+    assert job.status == "queued" and events(job)[-1] == "completion_fenced"
+    assert events(job).count("completion_fenced") == 1
+
+
+def test_an_attempt_that_ends_while_its_job_is_cancelling_confirms_the_cancel():
+    """Whatever the handler did, a job asked to cancel ends cancelled once its attempt has
+    stopped: an atomic handler's writes roll back, no fenced row, the cancel confirmed."""
+    job = enqueue_job("probe.effect", {"sleep": 0})
+    [claimed] = claim_jobs([str(job.id)], worker_id="w")
+    assert services.cancel_job(job.id).status == "cancelling"
+    _run_in_main_thread(Worker(worker_id="w", queues=["default"]), claimed)
+    assert not Effect.objects.exists()
+    job.refresh_from_db()
+    assert job.status == "cancelled"
+    assert events(job)[-2:] == ["cancel_requested", "cancel_confirmed"]
 
 
 def test_atomic_handler_effect_commits_with_completion():
@@ -270,3 +294,25 @@ def test_cancelling_a_running_job_stops_its_handler(queue_config):
     assert job.status == "cancelled" and job.result is None
     assert Execution.objects.get(job_id=job.id).finished_at is None
     assert "completed" not in events(job)
+
+
+def test_a_heartbeat_racing_a_completion_writes_no_fenced_row_for_it():
+    """Issue 30 item 4: the heartbeat took its snapshot of held attempts, the main thread's
+    completion committed, and the extension found the job gone. The completion's attempt was
+    marked as being settled before its write, so the heartbeat says nothing of it; an attempt
+    really lost (not being settled) is recorded once."""
+    from queue_app.runtime.heartbeat import Heartbeat
+
+    done, lost = enqueue_job("demo.echo"), enqueue_job("demo.echo")
+    claimed = claim_jobs([str(done.id), str(lost.id)], worker_id="w")
+    worker = Worker(worker_id="w", queues=["default"])
+    attempts = {attempt.job.id: attempt for attempt in worker.holdings.claimed(claimed)}
+    snapshot = worker.holdings.leases()
+    attempts[str(done.id)].settling = True  # the completion's write is under way
+    execution.complete_jobs([Completion(str(done.id), attempts[str(done.id)].job.fence, None)])
+    Job.objects.filter(id=lost.id).update(fence=99)  # another attempt holds it now
+    statuses = execution.extend_leases(snapshot, worker_id="w")
+    Heartbeat(worker)._tell_attempts(snapshot, statuses)
+    assert not JobLog.objects.filter(job_id=done.id, event="heartbeat_fenced").exists()
+    assert JobLog.objects.filter(job_id=lost.id, event="heartbeat_fenced").count() == 1
+    assert attempts[str(lost.id)].stop is LeaseLost and attempts[str(done.id)].stop is None

@@ -60,5 +60,5 @@ def test_a_handler_that_cuts_its_connection_fails_on_a_new_one_and_the_batch_goe
     cut.refresh_from_db()
     assert cut.status == "failed" and cut.attempts == 2
     assert events(cut) == ["enqueued", "claimed", "retry_scheduled", "claimed", "failed"]
-    assert worker.held == {} and not timed_out.is_set()
+    assert len(worker.holdings) == 0 and not timed_out.is_set()
     assert Job.objects.filter(status="queued").count() == 0

@@ -304,3 +304,66 @@ def leave_thread(payload):
 
     _started()
     threading.Thread(target=time.sleep, args=(3600,), name="left running").start()
+
+
+def _steps(payload) -> None:
+    """Work in short steps, each guarded by ``except Exception`` (log and go on, as much real
+    code does), journaling the execution's start and end with the job's attempt and fence.
+    ``cleanup`` seconds of work follow however the steps end (a stopped run tidies up)."""
+    job = current_job()
+    with journal.execution(job.id, job.attempt, job.fence):
+        _started()
+        try:
+            for _ in range(int(payload.get("steps", 10))):
+                try:
+                    time.sleep(float(payload.get("step", 0.1)))
+                    check_time_limit()  # where a slot thread meets its stop
+                except Exception:  # noqa: BLE001, S112 - swallowing errors is the point
+                    continue
+        finally:
+            time.sleep(float(payload.get("cleanup", 0)))
+
+
+@job_handler("probe.steps", max_attempts=5)
+def steps(payload):
+    _steps(payload)
+
+
+@job_handler("probe.steps_io", io_bound=True, max_attempts=5)
+def steps_io(payload):
+    _steps(payload)
+
+
+@job_handler("probe.steps_async", max_attempts=5)
+async def steps_async(payload):
+    """The coroutine form: each step's errors swallowed, the cancel still ends it."""
+    from asgiref.sync import sync_to_async
+
+    job = current_job()
+    execution = journal.started(job.id, job.attempt, job.fence)
+    try:
+        await sync_to_async(_started)()
+        try:
+            for _ in range(int(payload.get("steps", 10))):
+                try:
+                    await asyncio.sleep(float(payload.get("step", 0.1)))
+                except Exception:  # noqa: BLE001, S112
+                    continue
+        finally:
+            await asyncio.shield(asyncio.sleep(float(payload.get("cleanup", 0))))
+    except BaseException as exc:
+        journal.ended(execution, type(exc).__name__)
+        raise
+    journal.ended(execution, "returned")
+
+
+@job_handler("probe.fail_io", io_bound=True, max_attempts=1)
+def fail_io(payload):
+    """Raises on a slot thread."""
+    raise ValueError("slot failure")
+
+
+@job_handler("probe.fail_async", max_attempts=1)
+async def fail_async(payload):
+    """Raises in a slot coroutine."""
+    raise ValueError("coroutine failure")

@@ -3,9 +3,12 @@
 import os
 import signal
 import subprocess
+import time
+from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from queue_app.models import Job, JobLog
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
@@ -160,23 +163,29 @@ def test_a_job_starting_late_while_postgres_is_down_runs_and_is_settled_once(pos
     assert skipped["job_id"] == str(late.id)
 
 
-def test_worker_restarted_with_the_same_name_settles_its_old_job_at_once(children):
+def test_worker_restarted_with_the_same_name_settles_its_old_job_once_its_lease_ends(children):
+    """Issue 30 item 2: the earlier process may still run its job (cut off from PostgreSQL, its
+    session already gone), so a replacement under the same name must not settle it while its
+    lease holds; once the lease has run out, it does, without waiting for a reconcile pass."""
+    env = child_env(JOBQUEUE_LEASE_SECONDS="8", JOBQUEUE_HEARTBEAT_SECONDS="1")
     job = enqueue_job("probe.run", {"sleep": 60})
     relay_all()
-    first = manage("runworker", "--name=steady", stderr=subprocess.DEVNULL)
+    first = manage("runworker", "--name=steady", env=env, stderr=subprocess.DEVNULL)
     children.append(first)
     wait_until(lambda: Job.objects.get(id=job.id).status == "processing", message="job to start")
     os.killpg(first.pid, signal.SIGKILL)  # supervisor and child die without a word
     first.wait()
     job.refresh_from_db()
     assert job.status == "processing" and job.lease_expires_at is not None
-    relay = manage("runrelay", stderr=subprocess.DEVNULL)
-    second = manage("runworker", "--name=steady", stderr=subprocess.DEVNULL)
-    children.extend([relay, second])
-    # The 60 s lease has not expired: only start-up recovery can release the job this fast.
+    second = manage("runworker", "--name=steady", env=env, stderr=subprocess.DEVNULL)
+    children.append(second)
+    # While the lease holds, the job stays with the earlier process's attempt.
+    while timezone.now() < job.lease_expires_at - timedelta(seconds=1):
+        current = Job.objects.get(id=job.id)
+        assert (current.status, current.fence) == ("processing", job.fence)
+        time.sleep(0.2)
     wait_until(lambda: JobLog.objects.filter(job_id=job.id, event="retry_scheduled").exists(), timeout=20)
     job.refresh_from_db()
-    assert job.status in ("queued", "processing") and job.attempts in (1, 2)
     assert "previous process died" in job.last_error
     assert job.last_error_class == "queue_app.exceptions.WorkerProcessDied"
 

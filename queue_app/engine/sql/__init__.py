@@ -127,3 +127,12 @@ def one_round_trip() -> Iterator[None]:
                 with contextlib.suppress(psycopg.Error):
                     raw.execute("ROLLBACK")
             raise
+
+
+def dedicated_connection() -> psycopg.Connection:
+    """An autocommit connection of its own, outside Django's pool, with Django's settings:
+    for a LISTEN or a session-level lock that must outlive any one statement."""
+    params = connection.get_connection_params()
+    for key in ("cursor_factory", "context", "server_side_binding"):
+        params.pop(key, None)
+    return psycopg.connect(**params, autocommit=True)

@@ -36,7 +36,8 @@ SELECT id, type, queue FROM done
 -- name: rescue_expired_leases
 -- Running jobs whose lease expired (their worker stopped heartbeating),
 -- oldest first: requeued after a backoff while attempts are left, else
--- failed. SKIP LOCKED lets two rescuers share the work.
+-- failed. SKIP LOCKED lets two rescuers share the work. %(queues)s NULL: every
+-- queue (the reconciler); else those queues only (their maintenance leader).
 UPDATE jobs
    SET status = CASE WHEN attempts < max_attempts THEN %(requeue_target)s ELSE %(fail_target)s END,
        next_retry_at = CASE WHEN attempts < max_attempts THEN now() + make_interval(secs => %(delay)s) END,
@@ -47,24 +48,58 @@ UPDATE jobs
        worker_id = '', lease_expires_at = NULL
  WHERE id IN (SELECT id FROM jobs
                WHERE status = ANY(%(sources)s) AND lease_expires_at < now()
+                 AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
                ORDER BY lease_expires_at
                LIMIT %(limit)s
                  FOR UPDATE SKIP LOCKED)
 RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_at, type
 
+-- name: confirm_cancels
+-- Attempts that ended while their job was cancelling: whatever the handler did, the
+-- job is cancelled (a completion or failure the fence turned away lands here).
+-- Returns retry_requested: a retry asked for meanwhile is applied next, in this transaction.
+WITH input AS (
+    SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS t(id uuid, fence bigint)
+)
+UPDATE jobs SET status = %(target)s, completed_at = now(), worker_id = '',
+       lease_expires_at = NULL, next_retry_at = NULL
+  FROM input
+ WHERE jobs.id = ANY(ARRAY(SELECT input.id FROM input)) AND jobs.id = input.id
+   AND jobs.status || '' = ANY(%(sources)s) AND jobs.fence = input.fence
+RETURNING jobs.id, jobs.status, jobs.attempts, jobs.queue, jobs.priority_value, jobs.enqueued_at,
+          jobs.next_retry_at, jobs.retry_requested
+
+-- name: rescue_cancelling
+-- Jobs asked to cancel whose worker stopped heartbeating: nothing runs them any more,
+-- so the cancel stands. %(queues)s as in rescue_expired_leases.
+UPDATE jobs SET status = %(target)s, completed_at = now(), worker_id = '',
+       lease_expires_at = NULL, next_retry_at = NULL
+ WHERE id IN (SELECT id FROM jobs
+               WHERE status = ANY(%(sources)s) AND lease_expires_at < now()
+                 AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+               ORDER BY lease_expires_at
+               LIMIT %(limit)s
+                 FOR UPDATE SKIP LOCKED)
+RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_at, retry_requested
+
 -- name: extend_leases
--- Heartbeat: push out the leases a worker still holds. By primary key (see complete_jobs).
+-- Heartbeat: push out the leases a worker still holds, and say which of them were
+-- asked to cancel meanwhile (the push may have been missed). By primary key (see complete_jobs).
 WITH held AS (
     SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS t(id uuid, fence bigint)
 )
 UPDATE jobs SET lease_expires_at = now() + make_interval(secs => %(lease)s)
   FROM held
  WHERE jobs.id = ANY(ARRAY(SELECT held.id FROM held)) AND jobs.id = held.id AND jobs.fence = held.fence
-   AND jobs.status || '' = %(processing)s AND jobs.worker_id = %(worker)s
-RETURNING jobs.id
+   AND jobs.status || '' = ANY(%(running)s) AND jobs.worker_id = %(worker)s
+RETURNING jobs.id, jobs.status
 
 
 -- name: mark_started
 -- A claimed job that starts noticeably after its claim: started_at is its start.
 UPDATE jobs SET started_at = now()
  WHERE id = %(id)s AND status = 'processing' AND fence = %(fence)s
+
+-- name: listen_cancel
+-- A worker hears the cancels of running jobs (request_cancel notifies "<id> <fence>").
+LISTEN jobqueue_cancel

@@ -26,7 +26,7 @@ SELECT j.id::text, j.queue, j.priority_value, j.enqueued_at, j.next_retry_at,
 -- One page of running jobs whose lease expired (what a dry run would rescue).
 SELECT id::text, attempts, max_attempts
   FROM jobs
- WHERE status = 'processing' AND lease_expires_at < now()
+ WHERE status IN ('processing', 'cancelling') AND lease_expires_at < now()
    AND (%(after)s::uuid IS NULL OR id > %(after)s::uuid)
  ORDER BY id
  LIMIT %(limit)s

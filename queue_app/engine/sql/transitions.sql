@@ -35,8 +35,34 @@ UPDATE jobs SET status = %(target)s, attempts = attempts - 1, worker_id = '',
 RETURNING id, status, attempts + 1, queue, priority_value, enqueued_at, next_retry_at
 
 -- name: cancel
+-- A job no worker runs: cancelled at once.
 UPDATE jobs SET status = %(target)s, completed_at = now(), worker_id = '',
        lease_expires_at = NULL, next_retry_at = NULL
+ WHERE id = %(id)s AND status = ANY(%(sources)s)
+RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_at
+
+-- name: request_cancel
+-- A running job: asked to cancel. Its worker is told at once by the NOTIFY, which
+-- PostgreSQL delivers at commit ("<id> <fence>": the attempt meant), and stops the
+-- attempt; until it confirms, the job keeps its lease and no retry can be claimed.
+WITH asked AS (
+    UPDATE jobs SET status = %(target)s
+     WHERE id = %(id)s AND status = ANY(%(sources)s)
+    RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_at, fence
+)
+SELECT id, status, attempts, queue, priority_value, enqueued_at, next_retry_at
+  FROM asked, LATERAL (SELECT pg_notify('jobqueue_cancel', asked.id::text || ' ' || asked.fence::text)) AS told
+
+-- name: confirm_cancel
+-- The worker stopped the attempt the cancel was asked of (its fence): cancelled now.
+UPDATE jobs SET status = %(target)s, completed_at = now(), worker_id = '',
+       lease_expires_at = NULL, next_retry_at = NULL
+ WHERE id = %(id)s AND status = ANY(%(sources)s) AND fence = %(fence)s
+RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_at
+
+-- name: request_retry
+-- A retry of a job still cancelling: kept until the cancel is confirmed.
+UPDATE jobs SET retry_requested = true
  WHERE id = %(id)s AND status = ANY(%(sources)s)
 RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_at
 
@@ -44,6 +70,6 @@ RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_a
 -- Attempts are never reset (they fence stale workers): max_attempts rises instead.
 UPDATE jobs SET status = %(target)s, max_attempts = GREATEST(max_attempts, attempts + 1),
        next_retry_at = NULL, enqueued_at = now(), completed_at = NULL,
-       result = NULL, worker_id = '', lease_expires_at = NULL
+       result = NULL, worker_id = '', lease_expires_at = NULL, retry_requested = false
  WHERE id = %(id)s AND status = ANY(%(sources)s)
 RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_at
