@@ -197,7 +197,8 @@ class Slots:
                 error_class="queue_app.exceptions.JobTimeLimitExceeded",
             )
         except BaseException as exc:  # noqa: BLE001 - however a handler ends, the attempt counts
-            self._fail_raised(job, exc, retry=not isinstance(exc, spec.give_up_on))
+            retry, delay = execution.failure_policy(spec, exc, job.attempt)
+            self._fail_raised(job, exc, retry=retry, delay=delay)
         else:
             if result is not _ALREADY_COMPLETED:
                 with transaction.atomic():
@@ -233,19 +234,24 @@ class Slots:
             return
         self.worker._hand_back(job, slot.cancelled_for or "cancelled")
 
-    def _fail_raised(self, job: ClaimedJob, exc: BaseException, *, retry: bool) -> None:
+    def _fail_raised(
+        self, job: ClaimedJob, exc: BaseException, *, retry: bool, delay: float | None = None
+    ) -> None:
         self._fail(
             job,
             "".join(traceback.format_exception(exc)),
             retry=retry,
+            delay=delay,
             error_class=execution.error_class_path(exc),
         )
 
-    def _fail(self, job: ClaimedJob, error: str, *, retry: bool, error_class: str) -> None:
+    def _fail(
+        self, job: ClaimedJob, error: str, *, retry: bool, error_class: str, delay: float | None = None
+    ) -> None:
         # The handler may have closed or broken this thread's connection.
         if connection.connection is not None and not connection.is_usable():
             connection.close()
-        execution.fail_job(job.id, job.fence, error, retry=retry, error_class=error_class)
+        execution.fail_job(job.id, job.fence, error, retry=retry, delay=delay, error_class=error_class)
         self.worker.held.pop(job.id, None)
 
 

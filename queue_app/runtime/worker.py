@@ -670,13 +670,14 @@ class Worker:
             # SystemExit, KeyboardInterrupt and GeneratorExit raised by a handler are its
             # failure too: letting them end the process would hand the job back uncounted,
             # to be claimed again forever (a poison job).
-            retry = not isinstance(exc, spec.give_up_on)
+            retry, delay = execution.failure_policy(spec, exc, job.attempt)
             # The summary for the owner; the traceback (django.tasks reads it) kept beside it.
             error_class = execution.error_class_path(exc)
             self._settle_failure(
                 job,
                 execution.error_summary(exc),
                 retry=retry,
+                delay=delay,
                 error_class=error_class,
                 error_traceback="".join(traceback.format_exception(exc)),
             )
@@ -721,13 +722,26 @@ class Worker:
         return None
 
     def _settle_failure(
-        self, job: ClaimedJob, error: str, *, retry: bool, error_class: str = "", error_traceback: str = ""
+        self,
+        job: ClaimedJob,
+        error: str,
+        *,
+        retry: bool,
+        delay: float | None = None,
+        error_class: str = "",
+        error_traceback: str = "",
     ) -> None:
         # The handler may have closed or broken this process's connection; the failure
         # must still be written, so start from a working one.
         self._start_from_a_usable_connection()
         execution.fail_job(
-            job.id, job.fence, error, retry=retry, error_class=error_class, traceback=error_traceback
+            job.id,
+            job.fence,
+            error,
+            retry=retry,
+            delay=delay,
+            error_class=error_class,
+            traceback=error_traceback,
         )
         self.held.pop(job.id, None)
 
