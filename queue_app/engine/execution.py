@@ -334,15 +334,24 @@ def rescue_expired_leases(limit: int = 1000) -> list[TransitionedJob]:
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute(
+                sql.query("lock_expired_leases"),
+                {"sources": sorted(requeue.sources | fail.sources), "limit": limit},
+            )
+            # Each job's delay doubles with its attempts, as after any failure (its handler's backoff).
+            expired = [
+                {"id": str(job_id), "delay": backoff_delay(_spec_or_none(job_type), attempts)}
+                for job_id, job_type, attempts in cursor.fetchall()
+            ]
+            if not expired:
+                return []
+            cursor.execute(
                 sql.query("rescue_expired_leases"),
                 {
-                    "sources": sorted(requeue.sources | fail.sources),
+                    "rows": json.dumps(expired),
                     "requeue_target": requeue.target,
                     "fail_target": fail.target,
-                    "delay": queue_settings().RETRY_BACKOFF_BASE_SECONDS,
                     "error": error,
                     "error_class": "queue_app.exceptions.LeaseLost",
-                    "limit": limit,
                 },
             )
             rows = cursor.fetchall()

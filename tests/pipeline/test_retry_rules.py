@@ -1,10 +1,12 @@
 """Per-handler retry rules: ``retry_on`` / ``give_up_on``, the named backoffs and a backoff
-function, ``RetryAfter`` (from a handler, a slot coroutine and a django.tasks task)."""
+function, ``RetryAfter`` (from a handler, a slot coroutine and a django.tasks task), and the
+lease-expiry rescue doubling its delay like any other failure."""
 
 import subprocess
 from datetime import datetime, timedelta
 
 import pytest
+from django.db import connection
 from structlog.testing import capture_logs
 
 from queue_app import handlers
@@ -246,6 +248,55 @@ def test_a_django_task_may_raise_retry_after(queue_config):
     (seen,) = observed_delays(job)
     assert 0.3 - STALL_ALLOWANCE <= seen <= 0.3 + MICROSECOND
     assert JobLog.objects.get(job_id=job.id, event="retry_scheduled").message == "RetryAfter: rate limited"
+
+
+# --- the lease-expiry rescue ------------------------------------------------------------
+
+
+def _database_now():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT clock_timestamp()")
+        return cursor.fetchone()[0]
+
+
+@worker_test
+@pytest.mark.redis
+def test_an_expired_lease_waits_the_handlers_backoff_doubling_per_attempt(queue_config, monkeypatch):
+    """Before, every rescued job waited RETRY_BACKOFF_BASE_SECONDS whatever its attempt."""
+    queue_config(RETRY_BACKOFF_BASE_SECONDS=10, RETRY_BACKOFF_MAX_SECONDS=1000)
+    monkeypatch.setattr("queue_app.engine.retry_policy.full_jitter", lambda nominal: nominal)
+    attempts = {enqueue_job("demo.echo", max_attempts=5).id: attempt for attempt in (1, 2, 3)}
+    fixed = enqueue_job("probe.fixed")  # its own backoff: 0.3 s whatever the attempt
+    last = enqueue_job("demo.echo", max_attempts=2)
+    attempts |= {fixed.id: 2, last.id: 2}
+    relay_all()
+    claimed = execution.claim_jobs([str(job_id) for job_id in attempts], worker_id="dead-worker")
+    assert len(claimed) == len(attempts)
+    for job_id, attempt in attempts.items():
+        Job.objects.filter(id=job_id).update(
+            attempts=attempt,
+            lease_expires_at=Job.objects.get(id=job_id).lease_expires_at - timedelta(hours=1),
+        )
+    before = _database_now()
+    rescued = execution.rescue_expired_leases()
+    after = _database_now()
+    assert len(rescued) == len(attempts)
+
+    def delay_bounds(job_id) -> tuple[float, float]:
+        due = Job.objects.get(id=job_id).next_retry_at
+        return (due - after).total_seconds(), (due - before).total_seconds()
+
+    expected = {1: 10, 2: 20, 3: 40}
+    for job_id, attempt in attempts.items():
+        if job_id in (fixed.id, last.id):
+            continue
+        low, high = delay_bounds(job_id)
+        assert low - MICROSECOND <= expected[attempt] <= high + MICROSECOND, (attempt, low, high)
+    low, high = delay_bounds(fixed.id)
+    assert low - MICROSECOND <= 0.3 <= high + MICROSECOND
+    last.refresh_from_db()
+    assert last.status == "failed" and last.next_retry_at is None
+    assert Job.objects.filter(id__in=attempts, status="queued").count() == len(attempts) - 1
 
 
 # --- real worker processes --------------------------------------------------------------
