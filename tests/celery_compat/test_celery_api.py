@@ -5,6 +5,9 @@ Celery's documented behaviour is the reference: the Tasks guide ("Retrying", "Au
 retry for known exceptions", the option list) and the Calling guide (apply_async options).
 """
 
+import json
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -28,6 +31,8 @@ from queue_app.exceptions import InvalidJob, JobTimeLimitExceeded, RetryAfter
 from queue_app.handlers import get_handler
 from queue_app.models import Job
 from queue_app.services import cancel_job
+from tests.celery_compat.conftest import TUTORIALS
+from tests.helpers import PROJECT_ROOT, child_env
 
 app = Celery("api", broker="redis://ignored", set_as_current=False, task_default_queue="default")
 
@@ -388,3 +393,25 @@ def test_async_result_compares_and_prints_as_its_id():
     assert result == AsyncResult(result.id) == result.id and str(result) == result.id
     assert plain.AsyncResult(result.id).state == states.PENDING
     cancel_job(result.id)
+
+
+@pytest.mark.parametrize(("task", "issues"), [("proj.tasks.add", 0), ("proj.tasks.nowhere", 1)])
+def test_a_beat_schedule_entry_moves_to_schedules_naming_the_task(task, issues):
+    """``beat_schedule = {"add": {"task": "proj.tasks.add", "schedule": crontab(), "args": (2, 2)}}``
+    becomes a JOBQUEUE SCHEDULES entry whose type is the task's name: the check at start-up
+    finds the task (imported by the Celery app's config), or names the one it cannot find."""
+    schedule = {"add": {"type": task, "cron": "* * * * *", "payload": {"args": [2, 2], "kwargs": {}}}}
+    done = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=PROJECT_ROOT,
+        env=child_env(
+            DJANGO_SETTINGS_MODULE="tests.celery_compat.mysite.settings",
+            PYTHONPATH=str(TUTORIALS),
+            JOBQUEUE_SCHEDULES=json.dumps(schedule),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (done.returncode == 0) is (issues == 0), done.stderr
+    assert f"identified {issues or 'no'} issue" in done.stdout + done.stderr

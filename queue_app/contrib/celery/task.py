@@ -38,8 +38,11 @@ IGNORED_OPTIONS = frozenset(
     {
         "acks_late",
         "acks_on_failure_or_timeout",
+        "backend",
+        "compression",
         "ignore_result",
         "reject_on_worker_lost",
+        "resultrepr_maxsize",
         "send_events",
         "shared",
         "store_errors_even_if_ignored",
@@ -51,7 +54,7 @@ IGNORED_OPTIONS = frozenset(
 )
 # Options whose meaning the queue does not give (yet): refused, rather than silently changed.
 UNSUPPORTED_OPTIONS = {
-    "rate_limit": "rate limits are per queue here: set_queue_limits(queue, rate=...)",
+    "rate_limit": "rate limits are per queue here: set_queue_limits(queue, rate_limit=jobs per second)",
     "lazy": "tasks register when their module is imported",
 }
 TASK_OPTIONS = frozenset(
@@ -375,7 +378,16 @@ def _check_task_options(options: dict[str, Any]) -> None:
 
 # apply_async options that change nothing here, and those refused.
 IGNORED_CALL_OPTIONS = frozenset(
-    {"serializer", "compression", "retry", "retry_policy", "headers", "ignore_result", "add_to_parent"}
+    {
+        "serializer",
+        "compression",
+        "retry",
+        "retry_policy",
+        "headers",
+        "ignore_result",
+        "add_to_parent",
+        "delivery_mode",
+    }
 )
 UNSUPPORTED_CALL_OPTIONS = {
     "link": "callbacks arrive with the queue's workflows; enqueue the next task from this one",
@@ -387,6 +399,9 @@ UNSUPPORTED_CALL_OPTIONS = {
     "soft_time_limit": "time limits are per task here: @shared_task(soft_time_limit=...)",
     "shadow": "a job is listed under its task's name",
     "chain": "chains arrive with the queue's workflows",
+    "connection": "sending is a database write in the caller's transaction, over no broker connection",
+    "producer": "sending is a database write in the caller's transaction, over no broker connection",
+    "publisher": "sending is a database write in the caller's transaction, over no broker connection",
 }
 
 
