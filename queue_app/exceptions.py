@@ -7,7 +7,9 @@ answer over HTTP: the API maps codes to statuses (queue_app/api/errors.py).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from datetime import timedelta
 
 
 class QueueError(Exception):
@@ -65,6 +67,37 @@ class JobsRejected(QueueError):
 
 class JobTimeLimitExceeded(Exception):
     """Raised inside a handler when its soft time limit passes."""
+
+
+# The longest delay a RetryAfter may ask for (ten years, as any JOBQUEUE *_SECONDS value).
+RETRY_AFTER_MAX_SECONDS = 10 * 365 * 24 * 3600
+
+
+class RetryAfter(Exception):
+    """Raised by a handler to have this attempt retried after ``seconds`` (a number or a
+    timedelta), whatever its backoff says: ``raise RetryAfter(30) from exc``.
+
+    The attempt is still charged: with none left the job fails. Raised ``from`` an error,
+    the job records that error (its class and message) as the failure.
+    """
+
+    def __init__(self, seconds: float | timedelta, message: str = "") -> None:
+        if isinstance(seconds, timedelta):
+            seconds = seconds.total_seconds()
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+            raise TypeError(f"RetryAfter needs a number of seconds, not {type(seconds).__name__}")
+        if not math.isfinite(seconds) or not 0 <= seconds <= RETRY_AFTER_MAX_SECONDS:
+            raise ValueError(f"RetryAfter seconds must be from 0 to {RETRY_AFTER_MAX_SECONDS}, not {seconds}")
+        self.seconds = float(seconds)
+        super().__init__(message or f"retry in {self.seconds:g} s")
+
+
+def failure_cause(exc: BaseException) -> BaseException:
+    """The exception a failed attempt is recorded as: a RetryAfter raised from an error
+    is that error's retry, so the error is what the job's owner reads."""
+    if isinstance(exc, RetryAfter) and exc.__cause__ is not None:
+        return exc.__cause__
+    return exc
 
 
 class AttemptStopped(BaseException):

@@ -17,6 +17,11 @@ from typing import Any
 from queue_app.exceptions import JobTimeLimitExceeded, UnknownJobType
 
 Handler = Callable[[dict[str, Any]], Any]
+# A handler's own backoff: (attempt that failed, its exception or None) -> seconds to wait.
+BackoffFunction = Callable[[int, BaseException | None], float]
+# The named backoffs (queue_app/engine/retry_policy.py computes them).
+BACKOFFS = ("exponential", "linear", "fixed")
+ExceptionClasses = tuple[type[BaseException], ...]
 
 
 @dataclass(frozen=True)
@@ -32,8 +37,12 @@ class HandlerSpec:
     # database writes commit with the completion and roll back with a fenced
     # or failed attempt (exactly-once effects for database work).
     atomic: bool = False
-    # Exceptions that fail the job at once instead of retrying.
-    give_up_on: tuple[type[BaseException], ...] = ()
+    # Exceptions that fail the job at once instead of retrying (over retry_on).
+    give_up_on: ExceptionClasses = ()
+    # Only these exceptions are retried; None: every one not in give_up_on.
+    retry_on: ExceptionClasses | None = None
+    # How long a retry waits: one of BACKOFFS, or a BackoffFunction.
+    backoff: str | BackoffFunction = "exponential"
     # Enqueued by code only (e.g. the django.tasks bridge), never by an API request.
     internal: bool = False
     # A sync handler that mostly waits (HTTP, mail): a worker with slots runs it on a thread.
@@ -60,12 +69,27 @@ def job_handler(
     retry_backoff_base: float | None = None,
     retry_backoff_max: float | None = None,
     atomic: bool = False,
-    give_up_on: tuple[type[BaseException], ...] = (),
+    give_up_on: ExceptionClasses = (),
+    retry_on: ExceptionClasses | None = None,
+    backoff: str | BackoffFunction = "exponential",
     internal: bool = False,
     io_bound: bool = False,
 ) -> Callable[[Handler], Handler]:
     """Register ``func`` (a function, or an ``async def`` coroutine function) as the
-    handler of job type ``name``."""
+    handler of job type ``name``.
+
+    A failed attempt is retried while attempts are left, unless its exception is in
+    ``give_up_on`` or (when given) not in ``retry_on``; the wait is ``backoff``'s, or
+    what a ``RetryAfter`` raised by the handler asks (queue_app/engine/retry_policy.py).
+    """
+    give_up_on = _exception_classes(name, "give_up_on", give_up_on)
+    if retry_on is not None:
+        retry_on = _exception_classes(name, "retry_on", retry_on)
+    if not (callable(backoff) or backoff in BACKOFFS):
+        raise ValueError(
+            f"job type {name!r}: backoff must be one of {', '.join(BACKOFFS)} or a function"
+            " (attempt, exception) -> seconds"
+        )
 
     def register(func: Handler) -> Handler:
         if atomic and inspect.iscoroutinefunction(func):
@@ -83,12 +107,24 @@ def job_handler(
             retry_backoff_max=retry_backoff_max,
             atomic=atomic,
             give_up_on=give_up_on,
+            retry_on=retry_on,
+            backoff=backoff,
             internal=internal,
             io_bound=io_bound,
         )
         return func
 
     return register
+
+
+def _exception_classes(name: str, option: str, value: Any) -> ExceptionClasses:
+    """A tuple of exception classes (one class alone is accepted), else ValueError naming the option."""
+    classes = (value,) if isinstance(value, type) else value
+    if not isinstance(classes, tuple | list) or not all(
+        isinstance(cls, type) and issubclass(cls, BaseException) for cls in classes
+    ):
+        raise ValueError(f"job type {name!r}: {option} must be a tuple of exception classes")
+    return tuple(classes)
 
 
 def get_handler(name: str) -> HandlerSpec:

@@ -8,7 +8,6 @@ running attempt is conditional on the fence value its claim returned.
 from __future__ import annotations
 
 import json
-import random
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from django.db import connection, transaction
 from queue_app.conf import queue_settings
 from queue_app.engine import selectors, sql
 from queue_app.engine.controls import QUEUE_LOCK_CLASS
+from queue_app.engine.retry_policy import backoff_delay, failure_policy  # noqa: F401 - the runtime's
 from queue_app.engine.transitions import (
     TransitionedJob,
     apply_transition,
@@ -27,6 +27,7 @@ from queue_app.engine.transitions import (
     table_params,
     transition,
 )
+from queue_app.exceptions import failure_cause
 from queue_app.handlers import get_handler
 from queue_app.models import Job, JobLog
 from queue_app.observability import metrics, tracing
@@ -274,19 +275,16 @@ def _record_fenced(attempts: Sequence[tuple[str, int]], event: str) -> None:
         log.warning(event, job_id=job_id, fence=fence)
 
 
-def retry_delay(attempt: int, *, base: float, cap: float) -> float:
-    """Exponential backoff with jitter: uniform in [d/2, d], d = min(cap, base * 2**(attempt-1))."""
-    delay = min(cap, base * 2 ** max(attempt - 1, 0))
-    return random.uniform(delay / 2, delay)
-
-
 def error_class_path(exc: BaseException) -> str:
-    """The import path of the exception's class, which django.tasks results load (exception_class)."""
-    return f"{type(exc).__module__}.{type(exc).__qualname__}"
+    """The import path of the class of the exception the attempt failed with (``failure_cause``),
+    which django.tasks results load (exception_class)."""
+    cls = type(failure_cause(exc))
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def error_summary(exc: BaseException) -> str:
-    """'ExceptionType: message', what a job's owner is shown of its failure."""
+    """'ExceptionType: message', what a job's owner is shown of its failure (``failure_cause``)."""
+    exc = failure_cause(exc)
     message = str(exc)
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
@@ -310,10 +308,15 @@ def fail_job(
     error: str,
     *,
     retry: bool = True,
+    delay: float | None = None,
     error_class: str = "",
     traceback: str = "",
 ) -> str | None:
     """Record a failed attempt: back to queued after a backoff, or failed when none are left.
+
+    ``retry`` and ``delay`` are what ``failure_policy`` decided for the exception; without
+    a delay, the handler's backoff is drawn (an attempt that ended with no exception
+    reaching the worker: its time limit's kill, its process's death).
 
     ``error`` is the summary ('ExceptionType: message'); ``error_class`` the
     import path of the exception that failed it and ``traceback`` its
@@ -325,9 +328,6 @@ def fail_job(
     """
     job_type = Job.objects.filter(id=job_id).values_list("type", flat=True).first()
     spec = _spec_or_none(job_type)
-    settings = queue_settings()
-    base = (spec and spec.retry_backoff_base) or settings.RETRY_BACKOFF_BASE_SECONDS
-    cap = (spec and spec.retry_backoff_max) or settings.RETRY_BACKOFF_MAX_SECONDS
     error = storable_text(error)
     settled = {
         "fence": fence,
@@ -341,9 +341,9 @@ def fail_job(
         # schedule_retry holds only while attempts are left; otherwise fail does.
         job = None
         if retry and attempt is not None:
-            job = apply_transition(
-                "schedule_retry", job_id, delay=retry_delay(attempt, base=base, cap=cap), **settled
-            )
+            if delay is None:
+                delay = backoff_delay(spec, attempt)
+            job = apply_transition("schedule_retry", job_id, delay=delay, **settled)
         if job is None:
             job = apply_transition("fail", job_id, **settled)
         if job is None:
@@ -378,19 +378,31 @@ def rescue_expired_leases(limit: int = 1000, *, queues: Sequence[str] | None = N
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute(
-                sql.query("rescue_expired_leases"),
+                sql.query("lock_expired_leases"),
                 {
                     "sources": sorted(requeue.sources | fail.sources),
-                    "requeue_target": requeue.target,
-                    "fail_target": fail.target,
-                    "delay": queue_settings().RETRY_BACKOFF_BASE_SECONDS,
-                    "error": error,
-                    "error_class": "queue_app.exceptions.LeaseLost",
                     "limit": limit,
                     "queues": None if queues is None else list(queues),
                 },
             )
-            rows = cursor.fetchall()
+            # Each job's delay doubles with its attempts, as after any failure (its handler's backoff).
+            expired = [
+                {"id": str(job_id), "delay": backoff_delay(_spec_or_none(job_type), attempts)}
+                for job_id, job_type, attempts in cursor.fetchall()
+            ]
+            rows = []
+            if expired:
+                cursor.execute(
+                    sql.query("rescue_expired_leases"),
+                    {
+                        "rows": json.dumps(expired),
+                        "requeue_target": requeue.target,
+                        "fail_target": fail.target,
+                        "error": error,
+                        "error_class": "queue_app.exceptions.LeaseLost",
+                    },
+                )
+                rows = cursor.fetchall()
             jobs = [TransitionedJob(str(row[0]), *row[1:7]) for row in rows]
         for row in rows:
             metrics.job_failed(row[7], row[3], retried=row[1] == requeue.target)

@@ -34,6 +34,7 @@ from queue_app.exceptions import (
     JobTimeLimitExceeded,
     QueueError,
     WorkerShutdown,
+    failure_cause,
 )
 from queue_app.handlers import HandlerSpec, _current_attempt, _current_job, _soft_deadline, get_handler
 from queue_app.observability.runs import observed_run
@@ -72,18 +73,23 @@ class Outcome:
     result: Any = None
     summary: str = ""
     retry: bool = True
+    # Seconds until the retry, when the handler's rules chose them (None: its backoff).
+    delay: float | None = None
     error_class: str = ""
     traceback: str = ""
 
 
-def failure(exc: BaseException, *, retry: bool) -> Outcome:
-    """An attempt the handler's exception ended: 'Type: message' for the owner, the traceback apart."""
+def failure(exc: BaseException, *, retry: bool, delay: float | None = None) -> Outcome:
+    """An attempt the handler's exception ended: 'Type: message' for the owner, the traceback
+    apart (a RetryAfter raised from an error records that error)."""
+    cause = failure_cause(exc)
     return Outcome(
         "failed",
-        summary=execution.error_summary(exc),
+        summary=execution.error_summary(cause),
         retry=retry,
-        error_class=execution.error_class_path(exc),
-        traceback="".join(traceback.format_exception(exc)),
+        delay=delay,
+        error_class=execution.error_class_path(cause),
+        traceback="".join(traceback.format_exception(cause)),
     )
 
 
@@ -182,8 +188,9 @@ class Executor:
         except BaseException as exc:  # noqa: BLE001 - however a handler ends, the attempt counts
             # SystemExit, KeyboardInterrupt and GeneratorExit raised by a handler are its
             # failure too: letting them end the process would hand the job back uncounted,
-            # to be claimed again forever (a poison job).
-            return failure(exc, retry=not isinstance(exc, spec.give_up_on))
+            # to be claimed again forever (a poison job). The handler's retry rules decide.
+            retry, delay = execution.failure_policy(spec, exc, job.attempt)
+            return failure(exc, retry=retry, delay=delay)
         finally:
             _soft_deadline.reset(deadline_token)
             _current_attempt.reset(tokens[1])
@@ -241,6 +248,7 @@ class Executor:
                     job.fence,
                     outcome.summary,
                     retry=outcome.retry,
+                    delay=outcome.delay,
                     error_class=outcome.error_class,
                     traceback=outcome.traceback,
                 )

@@ -548,7 +548,7 @@ def test_worker_ids_leave_out_an_attempt_handed_back_after_an_earlier_one(relay,
     attempt 1 failed on A and attempt 2 was handed back by B at shutdown, then run by C: B's
     claim is no attempt, whichever claims came before it."""
     result = test_tasks.fails_then_hangs_once.enqueue(str(tmp_path / "hung"))
-    # A fails attempt 1 and exits (burst, without --with-scheduled): the retry is due 2.5 to 5 s later.
+    # A fails attempt 1 and exits (burst, without --with-scheduled): the retry is due 0 to 5 s later.
     retry_soon = {"JOBQUEUE_RETRY_BACKOFF_BASE_SECONDS": "5", "JOBQUEUE_RETRY_BACKOFF_MAX_SECONDS": "5"}
     _run_until_exit("runworker", "--burst", "--name", "A", env=child_env(**retry_soon))
     assert Job.objects.filter(id=result.id, status="queued", attempts=1).exists()

@@ -1,4 +1,4 @@
-"""The retry policy: exponential backoff doubling per attempt, its cap and jitter,
+"""The retry policy: exponential backoff doubling per attempt, its cap and full jitter,
 ``give_up_on``, and a job hard-killed by the supervisor with attempts left."""
 
 import subprocess
@@ -6,7 +6,7 @@ from datetime import datetime
 
 import pytest
 
-from queue_app.engine.execution import retry_delay
+from queue_app.engine.retry_policy import exponential_delay, full_jitter
 from queue_app.models import Job, JobLog, OutboxMessage
 from queue_app.services import enqueue_job
 from tests.helpers import child_env, kill_group, manage, relay_all, run_worker, wait_until
@@ -38,43 +38,45 @@ def observed_delays(job) -> list[float]:
 
 
 @pytest.fixture
-def drawn_delays(monkeypatch) -> list[float]:
-    """The delays fail_job draws, in order (the exact values, for an in-process worker).
+def drawn_delays(monkeypatch) -> list[tuple[float, float]]:
+    """(nominal delay, delay drawn) of each exponential backoff fail_job draws, in order (the
+    exact values, for an in-process worker). Every failed attempt draws one; the last one's
+    goes unused (no attempt is left)."""
+    drawn: list[tuple[float, float]] = []
 
-    Every failed attempt draws one; the last one's goes unused (no attempt is left).
-    """
-    drawn: list[float] = []
+    def recording(nominal: float) -> float:
+        drawn.append((nominal, full_jitter(nominal)))
+        return drawn[-1][1]
 
-    def recording(attempt: int, *, base: float, cap: float) -> float:
-        drawn.append(retry_delay(attempt, base=base, cap=cap))
-        return drawn[-1]
-
-    monkeypatch.setattr("queue_app.engine.execution.retry_delay", recording)
+    monkeypatch.setattr("queue_app.engine.retry_policy.full_jitter", recording)
     return drawn
 
 
-def assert_scheduled_after(job, drawn: list[float]) -> None:
+def assert_scheduled_after(job, delays: list[float]) -> None:
     """Each retry was scheduled with the delay drawn for it."""
     observed = observed_delays(job)
-    assert len(observed) == len(drawn)
-    assert all(seen <= delay + MICROSECOND for seen, delay in zip(observed, drawn, strict=True))
+    assert len(observed) == len(delays)
+    assert all(seen <= delay + MICROSECOND for seen, delay in zip(observed, delays, strict=True))
+    assert all(seen >= delay - STALL_ALLOWANCE for seen, delay in zip(observed, delays, strict=True))
 
 
-def assert_within_jitter(delays: list[float], expected: list[float]) -> None:
-    """Each delay is jittered uniformly between half and all of its nominal value."""
-    assert len(delays) == len(expected)
-    for attempt, (delay, nominal) in enumerate(zip(delays, expected, strict=True), start=1):
-        assert nominal / 2 - MICROSECOND <= delay <= nominal + MICROSECOND, (attempt, delay, nominal)
+def assert_within_jitter(drawn: list[tuple[float, float]], expected: list[float]) -> None:
+    """Each nominal delay is the expected one, and each draw lies between 0 and it (full jitter)."""
+    assert [nominal for nominal, _ in drawn] == pytest.approx(expected)
+    for attempt, (nominal, delay) in enumerate(drawn, start=1):
+        assert 0 <= delay <= nominal, (attempt, delay, nominal)
 
 
-def test_retry_delay_doubles_per_attempt_up_to_the_cap_with_jitter_between_half_and_all():
+def test_retry_delay_doubles_per_attempt_up_to_the_cap_with_full_jitter():
+    """Full jitter as in the AWS Architecture Blog's "Exponential Backoff And Jitter" (2015):
+    uniform between 0 and min(cap, base * 2**(attempt-1)), as Celery's ``retry_jitter``."""
     # base 2 s, cap 20 s: written out, not computed with the formula under test.
-    nominal = {1: 2, 2: 4, 3: 8, 4: 16, 5: 20, 6: 20, 10: 20, 60: 20}
+    nominal = {1: 2, 2: 4, 3: 8, 4: 16, 5: 20, 6: 20, 10: 20, 60: 20, 100: 20}
     for attempt, delay in nominal.items():
-        draws = [retry_delay(attempt, base=2, cap=20) for _ in range(2000)]
-        assert all(delay / 2 <= draw <= delay for draw in draws), attempt
-        # Jitter really spreads retries over the whole range (a miss is ~1e-90 likely).
-        assert min(draws) < 0.55 * delay and max(draws) > 0.95 * delay, attempt
+        draws = [exponential_delay(attempt, base=2, cap=20) for _ in range(2000)]
+        assert all(0 <= draw <= delay for draw in draws), attempt
+        # Jitter really spreads retries over the whole range (a miss is ~1e-40 likely).
+        assert min(draws) < 0.05 * delay and max(draws) > 0.95 * delay, attempt
 
 
 def test_failed_attempts_are_retried_after_the_handlers_doubling_capped_backoff(drawn_delays):
@@ -85,7 +87,7 @@ def test_failed_attempts_are_retried_after_the_handlers_doubling_capped_backoff(
     assert Execution.objects.filter(job_id=job.id).count() == 5
     # 0.25, 0.5, then 1.0 and 2.0 capped at 0.5.
     assert_within_jitter(drawn_delays[:-1], [0.25, 0.5, 0.5, 0.5])
-    assert_scheduled_after(job, drawn_delays[:-1])
+    assert_scheduled_after(job, [delay for _, delay in drawn_delays[:-1]])
     # Each retry reached Redis through an outbox row due at that time, and no attempt
     # was claimed before it was due.
     retries = JobLog.objects.filter(job_id=job.id, event="retry_scheduled").order_by("id")
@@ -104,7 +106,7 @@ def test_without_handler_options_the_backoff_comes_from_the_settings(queue_confi
     job.refresh_from_db()
     assert job.status == "failed" and job.attempts == 4
     assert_within_jitter(drawn_delays[:-1], [0.2, 0.3, 0.3])
-    assert_scheduled_after(job, drawn_delays[:-1])
+    assert_scheduled_after(job, [delay for _, delay in drawn_delays[:-1]])
 
 
 @pytest.mark.parametrize("error", ["value", "subclass"])
@@ -157,9 +159,9 @@ def test_a_job_hard_killed_with_attempts_left_is_retried_then_fails_when_none_ar
     retry = JobLog.objects.get(job_id=job.id, event="retry_scheduled")
     assert "JobTimeLimitExceeded" in retry.message and "process killed" in retry.message
     (delay,) = observed_delays(job)
-    # The observed delay is the drawn one (0.25 to 0.5 s) less however long the failing
-    # transaction stalled before its log row (observed_delays): allow 0.1 s of stall.
-    assert 0.25 - STALL_ALLOWANCE <= delay <= 0.5 + MICROSECOND
+    # The observed delay is the drawn one (0 to 0.5 s) less however long the failing
+    # transaction stalled before its log row (observed_delays).
+    assert -STALL_ALLOWANCE <= delay <= 0.5 + MICROSECOND
     # Both attempts really ran (and were killed), each in a worker process of its own.
     executions = list(Execution.objects.filter(job_id=job.id).order_by("attempt"))
     assert [e.attempt for e in executions] == [1, 2] and executions[0].pid != executions[1].pid

@@ -73,9 +73,9 @@ def test_failing_handler_ends_failed_after_exactly_max_attempts_with_backoff():
     retries = JobLog.objects.filter(job_id=job.id, event="retry_scheduled").order_by("id")
     claims = list(JobLog.objects.filter(job_id=job.id, event="claimed").order_by("id"))
     for retry, next_claim in zip(retries, claims[1:], strict=True):
-        # Backoff: the next attempt starts no earlier than the scheduled retry time.
+        # Backoff: the next attempt starts no earlier than the scheduled retry time (full
+        # jitter may draw a delay near 0, so that time may precede the log row itself).
         assert next_claim.created_at >= retry.created_at
-        assert retry.extra["next_retry_at"] > retry.created_at.isoformat()
         assert next_claim.created_at.isoformat() >= retry.extra["next_retry_at"]
 
 

@@ -33,26 +33,37 @@ WITH input AS (
 )
 SELECT id, type, queue FROM done
 
--- name: rescue_expired_leases
+-- name: lock_expired_leases
 -- Running jobs whose lease expired (their worker stopped heartbeating),
--- oldest first: requeued after a backoff while attempts are left, else
--- failed. SKIP LOCKED lets two rescuers share the work. %(queues)s NULL: every
+-- oldest first, locked for rescue_expired_leases in the same transaction.
+-- SKIP LOCKED lets two rescuers share the work. %(queues)s NULL: every
 -- queue (the reconciler); else those queues only (their maintenance leader).
+SELECT id, type, attempts
+  FROM jobs
+ WHERE status = ANY(%(sources)s) AND lease_expires_at < now()
+   AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+ ORDER BY lease_expires_at
+ LIMIT %(limit)s
+   FOR UPDATE SKIP LOCKED
+
+-- name: rescue_expired_leases
+-- The jobs lock_expired_leases locked: requeued after their delay (the
+-- handler's backoff, drawn per job) while attempts are left, else failed.
+-- By primary key (see complete_jobs).
+WITH expired AS (
+    SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS t(id uuid, delay float8)
+)
 UPDATE jobs
    SET status = CASE WHEN attempts < max_attempts THEN %(requeue_target)s ELSE %(fail_target)s END,
-       next_retry_at = CASE WHEN attempts < max_attempts THEN now() + make_interval(secs => %(delay)s) END,
+       next_retry_at = CASE WHEN attempts < max_attempts THEN now() + make_interval(secs => expired.delay) END,
        enqueued_at = CASE WHEN attempts < max_attempts
-                          THEN now() + make_interval(secs => %(delay)s) ELSE enqueued_at END,
+                          THEN now() + make_interval(secs => expired.delay) ELSE enqueued_at END,
        completed_at = CASE WHEN attempts < max_attempts THEN NULL ELSE now() END,
        last_error = %(error)s, last_error_class = %(error_class)s, last_error_traceback = '',
        worker_id = '', lease_expires_at = NULL
- WHERE id IN (SELECT id FROM jobs
-               WHERE status = ANY(%(sources)s) AND lease_expires_at < now()
-                 AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
-               ORDER BY lease_expires_at
-               LIMIT %(limit)s
-                 FOR UPDATE SKIP LOCKED)
-RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_at, type
+  FROM expired
+ WHERE jobs.id = ANY(ARRAY(SELECT expired.id FROM expired)) AND jobs.id = expired.id
+RETURNING jobs.id, status, attempts, queue, priority_value, enqueued_at, next_retry_at, type
 
 -- name: confirm_cancels
 -- Attempts that ended while their job was cancelling: whatever the handler did, the

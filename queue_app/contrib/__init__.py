@@ -1,0 +1,1 @@
+"""Optional bridges from other task libraries' APIs to this queue (``contrib.celery``)."""

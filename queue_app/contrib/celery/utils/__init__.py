@@ -1,0 +1,1 @@
+"""Mirrors ``celery.utils``: only what task modules import from it (``log``)."""
