@@ -30,7 +30,6 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
 from django.db import connection, transaction
 
 from queue_app.conf import queue_settings
@@ -38,9 +37,10 @@ from queue_app.engine import execution
 from queue_app.engine.execution import ClaimedJob, Completion
 from queue_app.exceptions import JobTimeLimitExceeded
 from queue_app.handlers import HandlerSpec, _current_job, _soft_deadline
+from queue_app.observability.logs import get_logger
 from queue_app.payloads import check_result
 
-log = structlog.get_logger("queue_app.worker")
+log = get_logger("queue_app.worker")
 
 # After the grace period, how long cancelled coroutines get to hand their jobs back.
 CANCEL_WAIT_SECONDS = 2.0

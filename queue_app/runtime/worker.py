@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 import redis
-import structlog
 from django.db import DatabaseError, connection, transaction
 
 from queue_app import broker
@@ -33,6 +32,7 @@ from queue_app.engine import controls, execution, selectors
 from queue_app.engine.execution import ClaimedJob, Completion
 from queue_app.exceptions import JobTimeLimitExceeded, LeaseLost, QueueError, WorkerShutdown
 from queue_app.handlers import HandlerSpec, _current_job, _soft_deadline, get_handler
+from queue_app.observability.logs import get_logger
 from queue_app.observability.runs import observed_run
 from queue_app.payloads import check_result
 from queue_app.runtime.outages import OutageGuard
@@ -40,7 +40,7 @@ from queue_app.runtime.relay import fault_point_handler
 from queue_app.runtime.running_job import RunningJob
 from queue_app.runtime.slots import Slots
 
-log = structlog.get_logger("queue_app.worker")
+log = get_logger("queue_app.worker")
 
 # The signals that ask a worker (and its supervisor) to stop after the current job.
 STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
