@@ -160,8 +160,8 @@ def check_task_queues(app_configs, **kwargs):
             checks.Warning(
                 f"No TASKS backend is {path}: @task functions run with {', '.join(used) or 'nothing'},"
                 " not as jobs of the queue.",
-                hint=f"Set TASKS = {{'default': {{'BACKEND': '{path}', 'QUEUES': {sorted(queues)}}}}}"
-                " (or silence queue_app.W106 if only enqueue_job() is used).",
+                hint=f"Set TASKS = {{'default': {{'BACKEND': '{path}'}}}} (or silence queue_app.W106"
+                " if only enqueue_job() is used).",
                 id="queue_app.W106",
             )
         ]
