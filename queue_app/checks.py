@@ -63,3 +63,116 @@ def check_schedules(app_configs, **kwargs):
                 checks.Error(f"schedule {schedule.name!r}: 'payload': {exc.message}", id="queue_app.E002")
             )
     return errors
+
+
+# The apps the queue's API and admin need beside queue_app: the browsable API's and the
+# log-in pages' templates, the token table, the list filters' forms, the schema's views and
+# templates, and Swagger UI's static files.
+REQUIRED_APPS = [
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+]
+# Caches that each process keeps to itself (or that keep nothing): a failure limit counted in
+# one of them is per process, and throttles too.
+PROCESS_LOCAL_CACHES = (
+    "django.core.cache.backends.locmem.LocMemCache",
+    "django.core.cache.backends.dummy.DummyCache",
+)
+
+
+@checks.register()
+def check_host_project(app_configs, **kwargs):
+    """What a project that adds queue_app must also have; each message names what to add."""
+    from django.conf import settings
+    from django.db import connections
+
+    messages = []
+    if connections["default"].vendor != "postgresql":
+        messages.append(
+            checks.Error(
+                "queue_app needs PostgreSQL: DATABASES['default'] uses"
+                f" {settings.DATABASES['default'].get('ENGINE')!r}.",
+                hint="Set DATABASES['default']['ENGINE'] to 'django.db.backends.postgresql'.",
+                id="queue_app.E010",
+            )
+        )
+    installed = list(settings.INSTALLED_APPS)
+    for app in REQUIRED_APPS:
+        if app not in installed:
+            messages.append(
+                checks.Error(
+                    f"queue_app needs {app!r} in INSTALLED_APPS.",
+                    hint=f"Add {', '.join(repr(a) for a in REQUIRED_APPS if a not in installed)}.",
+                    id="queue_app.E011",
+                )
+            )
+    if "django.contrib.admin" in installed and "queue_app" in installed:
+        if installed.index("queue_app") > installed.index("django.contrib.admin"):
+            messages.append(
+                checks.Warning(
+                    "queue_app comes after django.contrib.admin in INSTALLED_APPS: the admin index"
+                    " shows no link to the queue dashboard.",
+                    hint="Put 'queue_app' before 'django.contrib.admin'.",
+                    id="queue_app.W012",
+                )
+            )
+    try:
+        limited = conf.auth_failure_limit() is not None
+    except conf.SettingError as exc:
+        messages.append(checks.Error(str(exc), id="queue_app.E004"))
+        limited = False
+    backend = settings.CACHES.get("default", {}).get("BACKEND", "")
+    if limited and backend in PROCESS_LOCAL_CACHES:
+        messages.append(
+            checks.Warning(
+                f"CACHES['default'] is {backend.rsplit('.', 1)[-1]}: the failed-authentication limit"
+                " (AUTH_FAILURE_RATE) and the API's throttles count in each process apart.",
+                hint="Use a cache every process shares, e.g. Redis:"
+                " {'BACKEND': 'django.core.cache.backends.redis.RedisCache', 'LOCATION': REDIS_URL}.",
+                id="queue_app.W013",
+            )
+        )
+    return messages
+
+
+@checks.register()
+def check_task_queues(app_configs, **kwargs):
+    """``@task`` functions reach the job queue only through a TASKS alias on JobQueueBackend, and
+    only on the queues that alias lists: each JOBQUEUE queue should be one of them."""
+    from django.conf import settings
+    from django.tasks import InvalidTaskBackend, task_backends
+
+    from queue_app.tasks_backend import JobQueueBackend
+
+    try:
+        queues = conf.queue_settings().QUEUES
+        backends = task_backends.all()
+    except (conf.SettingError, InvalidTaskBackend):
+        return []  # queue_app.E001 or Django's own tasks check names the bad setting
+    ours = [backend for backend in backends if isinstance(backend, JobQueueBackend)]
+    path = f"{JobQueueBackend.__module__}.{JobQueueBackend.__qualname__}"
+    if not ours:
+        used = sorted({settings.TASKS[backend.alias]["BACKEND"] for backend in backends})
+        return [
+            checks.Warning(
+                f"No TASKS backend is {path}: @task functions run with {', '.join(used) or 'nothing'},"
+                " not as jobs of the queue.",
+                hint=f"Set TASKS = {{'default': {{'BACKEND': '{path}'}}}} (or silence queue_app.W106"
+                " if only enqueue_job() is used).",
+                id="queue_app.W106",
+            )
+        ]
+    served = set().union(*(backend.queues for backend in ours))
+    return [
+        checks.Warning(
+            f"JOBQUEUE queue {name!r} is in no TASKS alias's QUEUES: @task(queue_name={name!r}) is refused.",
+            hint=f"Add {name!r} to TASKS[{ours[0].alias!r}]['QUEUES'] (or silence queue_app.W105 if only"
+            " enqueue_job() uses it).",
+            id="queue_app.W105",
+        )
+        for name in queues
+        if name not in served
+    ]

@@ -170,3 +170,47 @@ def queue_settings() -> QueueSettings:
 def _reload(*, setting: str, **kwargs: Any) -> None:
     if setting == "JOBQUEUE":
         queue_settings.cache_clear()
+
+
+# Settings the app reads beside JOBQUEUE, at the top level of the project's settings, with
+# the value a project that does not set them gets. Nothing else in queue_app reads a
+# project setting without a default here.
+PROJECT_SETTING_DEFAULTS: dict[str, Any] = {
+    # Failed logins and failed token checks allowed per client, in DRF's rate form; "" = no limit.
+    "AUTH_FAILURE_RATE": "20/hour",
+    # Times the API reruns an enqueue after a deadlock or serialization failure.
+    "API_TRANSACTION_RETRIES": 3,
+    # The web server of runweb / runsystem (queue_app/runtime/gunicorn_conf.py).
+    "WEB_WORKERS": 2,
+    "WEB_THREADS": 4,
+    "WEB_TIMEOUT": 30,
+    "WEB_KEEPALIVE": 5,
+    "WEB_GRACEFUL_TIMEOUT": 30,
+    # Fault injection for tests and the chaos run only (queue_app/runtime/failpoints.py).
+    "FAILPOINTS": "",
+    "FAULT_POINT_HANDLER": "",
+}
+
+
+def project_setting(name: str) -> Any:
+    """The project's value of a top-level setting the app reads, else the app's default."""
+    if name == "DEMO_JOB_TYPES":
+        # demo.echo / demo.sleep / demo.fail: for trying the system, on with DEBUG by default.
+        return getattr(settings, name, settings.DEBUG)
+    return getattr(settings, name, PROJECT_SETTING_DEFAULTS[name])
+
+
+_RATE_PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def auth_failure_limit() -> tuple[int, int] | None:
+    """AUTH_FAILURE_RATE as (failures allowed, window seconds); None when the limit is off."""
+    rate = project_setting("AUTH_FAILURE_RATE")
+    if not rate:
+        return None
+    count, _, period = rate.partition("/") if isinstance(rate, str) else ("", "", "")
+    if not (count.isascii() and count.isdigit() and int(count) > 0) or period[:1] not in _RATE_PERIODS:
+        raise SettingError(
+            f"AUTH_FAILURE_RATE must look like 20/hour (count/second|minute|hour|day), not {rate!r}"
+        )
+    return int(count), _RATE_PERIODS[period[0]]

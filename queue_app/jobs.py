@@ -1,6 +1,6 @@
 """Handler registration for queue_app itself: the demo types, only when the settings ask."""
 
-from django.conf import settings
+from queue_app import conf
 
-if getattr(settings, "DEMO_JOB_TYPES", settings.DEBUG):
+if conf.project_setting("DEMO_JOB_TYPES"):
     from queue_app import demo  # noqa: F401 - registers demo.echo, demo.sleep, demo.fail

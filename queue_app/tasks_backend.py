@@ -31,6 +31,7 @@ from typing import Any
 
 from django.apps import apps
 from django.core import checks
+from django.tasks import DEFAULT_TASK_QUEUE_NAME
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
@@ -101,6 +102,27 @@ class JobQueueBackend(BaseTaskBackend):
     supports_priority = True
     # An async task function runs through Task.call (async_to_sync) in the worker.
     supports_async_task = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        # Without QUEUES the alias serves every JOBQUEUE queue (Django's default is "default"
+        # alone): a queue added to JOBQUEUE takes tasks at once.
+        if "QUEUES" not in params:
+            self._queues = None
+
+    @property
+    def queues(self) -> set[str]:
+        """The queues this alias's tasks may name: TASKS' QUEUES, else every JOBQUEUE queue."""
+        if self._queues is not None:
+            return self._queues
+        try:
+            return set(queue_settings().QUEUES)
+        except SettingError:
+            return {DEFAULT_TASK_QUEUE_NAME}  # queue_app.E001 names the bad JOBQUEUE key
+
+    @queues.setter
+    def queues(self, names: set[str]) -> None:
+        self._queues = names
 
     def max_attempts(self, task: Task) -> int:
         """The task's own ``max_attempts``, else the backend's OPTIONS, else one attempt."""

@@ -18,13 +18,13 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import structlog
-from django.conf import settings
+import redis
 from django.contrib.auth import get_user_model
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import Group, Permission
 from django.contrib.auth.signals import user_login_failed
-from django.core.cache import cache
+from django.core.cache import DEFAULT_CACHE_ALIAS, cache, caches
+from django.core.cache.backends.redis import RedisCache
 from django.core.exceptions import FieldDoesNotExist, PermissionDenied
 from django.db import connection
 from django.dispatch import receiver
@@ -32,28 +32,39 @@ from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication
-from rest_framework.throttling import BaseThrottle, SimpleRateThrottle
+from rest_framework.throttling import BaseThrottle
 
+from queue_app import conf
 from queue_app.broker.client import REDIS_ERRORS
 from queue_app.engine.sql import prepared
+from queue_app.observability.logs import get_logger
 
-log = structlog.get_logger("queue_app.api")
+log = get_logger("queue_app.api")
 
 KEY_PREFIX = "auth-failures:"
 
 
 def _limit() -> tuple[int, int] | None:
     """(failures allowed, window seconds), or None when the limit is off."""
-    rate = settings.AUTH_FAILURE_RATE
-    if not rate:
-        return None
-    count, window = SimpleRateThrottle.parse_rate(SimpleRateThrottle, rate)
-    return count, window
+    return conf.auth_failure_limit()
 
 
 def _key(request: HttpRequest) -> str:
     # A WSGI server always sets REMOTE_ADDR; an in-process client may not.
     return KEY_PREFIX + (BaseThrottle().get_ident(request) or "unknown")
+
+
+def _redis(key: str) -> tuple[redis.Redis, str] | None:
+    """The cache's Redis client and the key as stored, when the cache is a Redis: django-redis's
+    or Django's own backend. None for any other cache, which only the cache API reaches."""
+    backend = caches[DEFAULT_CACHE_ALIAS]
+    if isinstance(backend, RedisCache):
+        # Django's backend has no public way to its client; _cache is its RedisCacheClient.
+        return backend._cache.get_client(key, write=True), backend.make_and_validate_key(key)
+    client = getattr(backend, "client", None)
+    if client is not None and hasattr(client, "get_client"):  # django-redis
+        return client.get_client(write=True), client.make_key(key)
+    return None
 
 
 def retry_after(request: HttpRequest) -> int | None:
@@ -65,7 +76,10 @@ def retry_after(request: HttpRequest) -> int | None:
     try:
         if (cache.get(key) or 0) < limit[0]:
             return None
-        return max(int(cache.ttl(key) or limit[1]), 1)
+        store = _redis(key)
+        # Another cache cannot tell when the window ends: the whole window is the longest wait.
+        remaining = store[0].ttl(store[1]) if store else None
+        return max(int(remaining or limit[1]), 1)
     except REDIS_ERRORS as exc:
         _unavailable(exc)
         return None
@@ -75,14 +89,30 @@ def record_failure(request: HttpRequest) -> None:
     limit = _limit()
     if limit is None:
         return
-    key = cache.client.make_key(_key(request))
-    # One transaction: the window starts with the first failure (SET NX is a no-op while
-    # it runs), and it cannot end between being found open and the count.
+    key = _key(request)
     try:
-        with cache.client.get_client(write=True).pipeline(transaction=True) as pipe:
-            pipe.set(key, 0, ex=limit[1], nx=True).incr(key).execute()
+        store = _redis(key)
+        if store is None:
+            _count_with_cache_api(key, window=limit[1])
+            return
+        client, stored_key = store
+        # One transaction: the window starts with the first failure (SET NX is a no-op while
+        # it runs), and it cannot end between being found open and the count.
+        with client.pipeline(transaction=True) as pipe:
+            pipe.set(stored_key, 0, ex=limit[1], nx=True).incr(stored_key).execute()
     except REDIS_ERRORS as exc:
         _unavailable(exc)
+
+
+def _count_with_cache_api(key: str, *, window: int) -> None:
+    """Count with add() and incr() alone (a local-memory cache, memcached, the database): the
+    window may end between the two, and then the failure opens a new one."""
+    if cache.add(key, 1, timeout=window):
+        return
+    try:
+        cache.incr(key)
+    except ValueError:  # the window ended after add() found it open
+        cache.add(key, 1, timeout=window)
 
 
 def _unavailable(exc: BaseException) -> None:

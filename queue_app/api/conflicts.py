@@ -13,14 +13,14 @@ import random
 import time
 from collections.abc import Callable
 
-import structlog
-from django.conf import settings
 from django.db import OperationalError, connection
 
-log = structlog.get_logger("queue_app.api")
+from queue_app import conf
+from queue_app.observability.logs import get_logger
+
+log = get_logger("queue_app.api")
 
 TRANSACTION_CONFLICT_STATES = frozenset({"40001", "40P01"})  # serialization_failure, deadlock_detected
-DEFAULT_RETRIES = 3
 
 
 def is_transaction_conflict(exc: BaseException) -> bool:
@@ -34,7 +34,7 @@ def retry_transaction_conflicts[T](run: Callable[[], T]) -> T:
     Only when ``run`` owns its transaction: inside a caller's atomic block the
     caller's earlier work was lost with it, so the conflict is raised.
     """
-    retries = getattr(settings, "API_TRANSACTION_RETRIES", DEFAULT_RETRIES)
+    retries = conf.project_setting("API_TRANSACTION_RETRIES")
     for attempt in range(retries + 1):
         try:
             return run()

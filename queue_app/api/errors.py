@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import structlog
 from django.core.exceptions import PermissionDenied, RequestDataTooBig, SuspiciousOperation
 from django.db import DataError, IntegrityError, InterfaceError, OperationalError
 from django.http import Http404
@@ -25,8 +24,9 @@ from rest_framework.views import set_rollback
 from queue_app.api.conflicts import is_transaction_conflict
 from queue_app.api.parsers import RequestTooLarge
 from queue_app.exceptions import JobsRejected, QueueError
+from queue_app.observability.logs import get_logger
 
-log = structlog.get_logger("queue_app.api")
+log = get_logger("queue_app.api")
 
 # The HTTP status of each domain error code; any other code is a 400.
 STATUS_BY_CODE = {

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiResponse, extend_schema_view
 from rest_framework import serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.permissions import BasePermission
@@ -23,6 +23,7 @@ from rest_framework.response import Response
 from queue_app import services
 from queue_app.api.parsers import StrictJSONParser
 from queue_app.api.permissions import CHANGE_ALL_JOBS, may_view_all_jobs
+from queue_app.api.schema import extend_schema
 from queue_app.api.serializers import ErrorSerializer
 from queue_app.api.views import AUTH_ERRORS, QueueAPIDefaults
 from queue_app.conf import queue_settings

@@ -10,12 +10,7 @@ from django.db.models import QuerySet
 from django.urls import reverse
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.openapi import AutoSchema
-from drf_spectacular.utils import (
-    OpenApiParameter,
-    OpenApiResponse,
-    extend_schema,
-    extend_schema_view,
-)
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema_view
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.decorators import action
@@ -34,6 +29,7 @@ from queue_app.api.filters import JobFilter
 from queue_app.api.pagination import JobLogPagination, JobPagination
 from queue_app.api.parsers import StrictJSONParser
 from queue_app.api.permissions import CanViewAllJobs, may_change_job, may_view_all_jobs
+from queue_app.api.schema import extend_schema
 from queue_app.api.serializers import (
     MAX_BULK_JOBS,
     BulkCreateSerializer,

@@ -23,14 +23,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import redis
-import structlog
 
 from queue_app.broker import scripts
 from queue_app.broker.client import REDIS_ERRORS, is_cluster
 from queue_app.broker.keys import priority_key, wake_key
 from queue_app.broker.ready import PUSH_READY_SCRIPT, push_ready, push_ready_args
+from queue_app.observability.logs import get_logger
 
-log = structlog.get_logger("queue_app.broker")
+log = get_logger("queue_app.broker")
 
 
 class _Sender:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import structlog
 from django.db import transaction
 
 from queue_app.engine.outbox import notify_relay, ready_intent
@@ -13,9 +12,10 @@ from queue_app.exceptions import (
 )
 from queue_app.ids import parse_job_id
 from queue_app.models import Job, JobLog, OutboxMessage
+from queue_app.observability.logs import get_logger
 from queue_app.states import REENQUEUED, Status
 
-log = structlog.get_logger("queue_app.services")
+log = get_logger("queue_app.services")
 
 
 def _job_id(job_id):

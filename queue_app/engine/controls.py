@@ -15,7 +15,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
 from django.db import connection, transaction
 from django.db.models.functions import Now
 
@@ -24,8 +23,9 @@ from queue_app.conf import queue_settings
 from queue_app.engine import sql
 from queue_app.exceptions import InvalidQueueControl, UnknownQueue
 from queue_app.models import QueueState
+from queue_app.observability.logs import get_logger
 
-log = structlog.get_logger("queue_app.controls")
+log = get_logger("queue_app.controls")
 
 # The first key of every queue advisory lock (the second is hashtext(name)).
 QUEUE_LOCK_CLASS = 0x51554555

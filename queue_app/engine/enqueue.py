@@ -13,7 +13,6 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
-import structlog
 from django.db import connection, transaction
 from django.db.models.base import ModelState
 from django.utils import timezone
@@ -33,6 +32,7 @@ from queue_app.handlers import get_handler
 from queue_app.ids import new_job_id
 from queue_app.models import Job, OutboxMessage
 from queue_app.observability import metrics, tracing
+from queue_app.observability.logs import get_logger
 from queue_app.payloads import check_json, checked_json_text
 from queue_app.states import (
     INITIAL_EVENT,
@@ -44,7 +44,7 @@ from queue_app.states import (
     priority_tier,
 )
 
-log = structlog.get_logger("queue_app.services")
+log = get_logger("queue_app.services")
 
 MAX_ATTEMPTS_LIMIT = 100
 # A job may be scheduled up to the last time the ready set orders exactly.

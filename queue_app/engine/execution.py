@@ -13,7 +13,6 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
 from django.db import connection, transaction
 
 from queue_app.conf import queue_settings
@@ -31,9 +30,10 @@ from queue_app.exceptions import failure_cause
 from queue_app.handlers import get_handler
 from queue_app.models import Job, JobLog
 from queue_app.observability import metrics, tracing
+from queue_app.observability.logs import get_logger
 from queue_app.states import COMPLETION_FENCED, FAILURE_FENCED, HEARTBEAT_FENCED, RUNNING, Status, Transition
 
-log = structlog.get_logger("queue_app.services")
+log = get_logger("queue_app.services")
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,13 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-import structlog
 from django.db import transaction
 
 from queue_app.models import Job
+from queue_app.observability.logs import get_logger
 from queue_app.states import TERMINAL
 
-log = structlog.get_logger("queue_app.services")
+log = get_logger("queue_app.services")
 
 # A long prune reports its running totals this often (a million rows take minutes).
 PROGRESS_EVERY_SECONDS = 5.0

@@ -20,13 +20,12 @@ from __future__ import annotations
 import math
 import random
 
-import structlog
-
 from queue_app.conf import queue_settings
 from queue_app.exceptions import RETRY_AFTER_MAX_SECONDS, RetryAfter
 from queue_app.handlers import HandlerSpec
+from queue_app.observability.logs import get_logger
 
-log = structlog.get_logger("queue_app.services")
+log = get_logger("queue_app.services")
 
 
 def exponential_delay(attempt: int, *, base: float, cap: float) -> float:

@@ -12,16 +12,16 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-import structlog
 from django.db import transaction
 from django.db.models import DateTimeField, Q, QuerySet, Value
 from django.db.models.functions import Greatest
 
 from queue_app.engine.enqueue import enqueue_job
 from queue_app.models import Job, ScheduleState
+from queue_app.observability.logs import get_logger
 from queue_app.schedules import Schedule
 
-log = structlog.get_logger("queue_app.scheduler")
+log = get_logger("queue_app.scheduler")
 
 
 def ensure_schedule_states(schedules: list[Schedule], *, now: datetime) -> None:

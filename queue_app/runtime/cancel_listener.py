@@ -12,13 +12,13 @@ import select
 import threading
 
 import psycopg
-import structlog
 
 from queue_app.engine import sql
 from queue_app.exceptions import CancelRequested
+from queue_app.observability.logs import get_logger
 from queue_app.runtime.holdings import Holdings
 
-log = structlog.get_logger("queue_app.worker")
+log = get_logger("queue_app.worker")
 
 # How long a wait for a notification lasts before the thread looks whether it must stop.
 WAIT_SECONDS = 1.0

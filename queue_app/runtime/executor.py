@@ -22,7 +22,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import structlog
 from django.db import connection, transaction
 
 from queue_app.conf import queue_settings
@@ -37,13 +36,14 @@ from queue_app.exceptions import (
     failure_cause,
 )
 from queue_app.handlers import HandlerSpec, _current_attempt, _current_job, _soft_deadline, get_handler
+from queue_app.observability.logs import get_logger
 from queue_app.observability.runs import observed_run
 from queue_app.payloads import check_result
 from queue_app.runtime.holdings import Attempt, Holdings
 from queue_app.runtime.outages import OutageGuard
 from queue_app.states import COMPLETION_FENCED
 
-log = structlog.get_logger("queue_app.executor")
+log = get_logger("queue_app.executor")
 
 # What an atomic handler's call returns: its completion is already written.
 ALREADY_COMPLETED = object()

@@ -14,16 +14,16 @@ import random
 import signal
 from functools import cache
 
-import structlog
-from django.conf import settings
+from queue_app import conf
+from queue_app.observability.logs import get_logger
 
-log = structlog.get_logger("queue_app.failpoints")
+log = get_logger("queue_app.failpoints")
 
 
 @cache
 def _armed() -> dict[str, float]:
     points = {}
-    for item in filter(None, getattr(settings, "FAILPOINTS", "").split(",")):
+    for item in filter(None, conf.project_setting("FAILPOINTS").split(",")):
         name, _, action = item.partition("=")
         _, _, probability = action.partition("@")
         points[name.strip()] = float(probability or 1.0)

@@ -16,13 +16,13 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-import structlog
 from django.db import connection
 
 from queue_app import broker
 from queue_app.conf import queue_settings
 from queue_app.engine import execution
 from queue_app.exceptions import CancelRequested, LeaseLost
+from queue_app.observability.logs import get_logger
 from queue_app.runtime.maintenance import Maintenance
 from queue_app.runtime.outages import OutageGuard
 from queue_app.states import Status
@@ -30,7 +30,7 @@ from queue_app.states import Status
 if TYPE_CHECKING:
     from queue_app.runtime.worker import Worker
 
-log = structlog.get_logger("queue_app.worker")
+log = get_logger("queue_app.worker")
 
 TICK_SECONDS = 0.1
 # How often an attempt asked to stop is interrupted again while its handler runs on

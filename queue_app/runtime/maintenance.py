@@ -30,14 +30,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import structlog
-
 from queue_app import broker
 from queue_app.conf import queue_settings
 from queue_app.engine import execution, maintenance_leases, selectors
+from queue_app.observability.logs import get_logger
 from queue_app.runtime.outages import OutageGuard
 
-log = structlog.get_logger("queue_app.maintenance")
+log = get_logger("queue_app.maintenance")
 
 # How often a candidate asks for the leases (a leader: renews them).
 ELECTION_SECONDS = 1.0

@@ -9,12 +9,12 @@ from __future__ import annotations
 import time
 
 import psycopg
-import structlog
 from django.db import DatabaseError, InterfaceError
 
 from queue_app import broker
+from queue_app.observability.logs import get_logger
 
-log = structlog.get_logger("queue_app.outages")
+log = get_logger("queue_app.outages")
 
 STORE_ERRORS = (DatabaseError, InterfaceError, psycopg.Error, *broker.REDIS_ERRORS)
 

@@ -15,14 +15,14 @@ import time
 from collections.abc import Sequence
 
 import redis
-import structlog
 
 from queue_app import broker
 from queue_app.conf import queue_settings
 from queue_app.engine import controls, execution, selectors
 from queue_app.engine.execution import Claim, Completion
+from queue_app.observability.logs import get_logger
 
-log = structlog.get_logger("queue_app.worker")
+log = get_logger("queue_app.worker")
 
 # How often a worker re-reads its queues' controls (pause, limits) for its pops. The
 # claim reads them itself, so a stale view costs a put-back, never a wrong claim.

@@ -41,7 +41,6 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import redis
-import structlog
 from django.db import DatabaseError, connection, reset_queries
 
 from queue_app import broker
@@ -49,11 +48,12 @@ from queue_app.conf import queue_settings
 from queue_app.engine import execution, sql
 from queue_app.ids import canonical_job_id
 from queue_app.observability import metrics
+from queue_app.observability.logs import get_logger
 from queue_app.runtime.outages import OutageGuard
 from queue_app.runtime.stop_signal import StopSignal
 from queue_app.states import Status
 
-log = structlog.get_logger("queue_app.reconciler")
+log = get_logger("queue_app.reconciler")
 
 # Counted actions, in summary order.
 RESTORED_READY = "restored_ready"

@@ -41,21 +41,20 @@ import time
 from collections.abc import Callable, Mapping
 
 import psycopg
-import structlog
-from django.conf import settings
 from django.db import DatabaseError, connection
 from django.utils.module_loading import import_string
 
-from queue_app import broker
+from queue_app import broker, conf
 from queue_app.conf import queue_settings
 from queue_app.engine import outbox, sql
 from queue_app.engine.outbox import ClaimedRow
 from queue_app.models import OutboxMessage
 from queue_app.observability import tracing
+from queue_app.observability.logs import get_logger
 from queue_app.runtime.outages import OutageGuard
 from queue_app.states import Status
 
-log = structlog.get_logger("queue_app.relay")
+log = get_logger("queue_app.relay")
 
 PRUNE_EVERY_SECONDS = 60.0
 PRUNE_CHUNK = 5000
@@ -65,7 +64,7 @@ TAKEN_BY_A_WORKER = frozenset({Status.PROCESSING, Status.COMPLETED, Status.FAILE
 
 def fault_point_handler() -> Callable[[str], None] | None:
     """The handler test or chaos settings install for named fault points; None in production."""
-    path = getattr(settings, "FAULT_POINT_HANDLER", "")
+    path = conf.project_setting("FAULT_POINT_HANDLER")
     return import_string(path) if path else None
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-import structlog
 from django.db import DatabaseError, connection
 
 from queue_app.conf import queue_settings
@@ -30,11 +29,12 @@ from queue_app.engine.scheduling import (
 )
 from queue_app.exceptions import QueueError
 from queue_app.models import ScheduleState
+from queue_app.observability.logs import get_logger
 from queue_app.runtime.outages import STORE_ERRORS, OutageGuard
 from queue_app.runtime.stop_signal import StopSignal
 from queue_app.schedules import Schedule, all_schedules
 
-log = structlog.get_logger("queue_app.scheduler")
+log = get_logger("queue_app.scheduler")
 
 MIN_SLEEP_SECONDS = 0.01
 # A schedule handled further ahead of the database clock than this saw the clock go back.

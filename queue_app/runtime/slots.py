@@ -34,17 +34,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import structlog
 from django.db import connection
 
 from queue_app.conf import queue_settings
 from queue_app.exceptions import JobTimeLimitExceeded
 from queue_app.handlers import HandlerSpec, _current_attempt, _current_job, _soft_deadline
+from queue_app.observability.logs import get_logger
 from queue_app.payloads import check_result
 from queue_app.runtime.executor import Executor, HandedBack
 from queue_app.runtime.holdings import Attempt
 
-log = structlog.get_logger("queue_app.worker")
+log = get_logger("queue_app.worker")
 
 # After the grace period, how long cancelled coroutines get to hand their jobs back.
 CANCEL_WAIT_SECONDS = 2.0

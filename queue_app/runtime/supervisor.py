@@ -32,18 +32,18 @@ import traceback
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 
-import structlog
 from django.db import connections
 
 from queue_app.conf import queue_settings
 from queue_app.engine import execution, selectors
 from queue_app.exceptions import JobTimeLimitExceeded, WorkerProcessDied
+from queue_app.observability.logs import get_logger
 from queue_app.runtime.outages import OutageGuard
 from queue_app.runtime.running_job import RunningJob
 from queue_app.runtime.worker import STOP_SIGNALS, ChildReport
 from queue_app.runtime.worker_name import WorkerNameInUse, WorkerNameLock
 
-log = structlog.get_logger("queue_app.supervisor")
+log = get_logger("queue_app.supervisor")
 
 RESTART_BACKOFF_SECONDS = 1.0
 # A child that stopped at its --max-jobs, its jobs settled: replaced at once.

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-import structlog
 from django.db import DatabaseError, connection, transaction
 
 from queue_app import broker
@@ -38,6 +37,7 @@ from queue_app.conf import queue_settings
 from queue_app.engine import execution, selectors
 from queue_app.exceptions import JobTimeLimitExceeded, LeaseLost, QueueError, WorkerShutdown
 from queue_app.handlers import HandlerSpec, get_handler
+from queue_app.observability.logs import get_logger
 from queue_app.payloads import check_result
 from queue_app.runtime.cancel_listener import CancelListener
 from queue_app.runtime.executor import Executor
@@ -49,7 +49,7 @@ from queue_app.runtime.relay import fault_point_handler
 from queue_app.runtime.running_job import RunningJob
 from queue_app.runtime.slots import Slots
 
-log = structlog.get_logger("queue_app.worker")
+log = get_logger("queue_app.worker")
 
 # The signals that ask a worker (and its supervisor) to stop after the current job.
 STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})

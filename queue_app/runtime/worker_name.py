@@ -13,10 +13,11 @@ from __future__ import annotations
 import zlib
 
 import psycopg
-import structlog
 from django.db import connection
 
-log = structlog.get_logger("queue_app.supervisor")
+from queue_app.observability.logs import get_logger
+
+log = get_logger("queue_app.supervisor")
 
 # The first key of the two-key advisory lock: "these locks are worker names".
 LOCK_CLASS = 0x6A0B

@@ -103,3 +103,30 @@ def test_a_window_ending_while_a_failure_is_counted_is_still_a_401(settings, mon
     assert response.status_code == 401
     assert cache.get(KEY_PREFIX + "127.0.0.1") == 2
     assert 0 < cache.ttl(KEY_PREFIX + "127.0.0.1") <= 60
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("backend", "longest_wait"),
+    [
+        # Django's own Redis cache: the window's time left, as with django-redis.
+        ("django.core.cache.backends.redis.RedisCache", 60),
+        # A cache each process keeps apart (check warning queue_app.W013) still counts in this
+        # process; it cannot tell when the window ends, so the whole window is the wait.
+        ("django.core.cache.backends.locmem.LocMemCache", 60),
+    ],
+)
+def test_the_limit_counts_in_djangos_own_caches_too(settings, backend, longest_wait):
+    """A project without django-redis: counting used django-redis's client API, so every
+    wrong token (and the check before every token) was a 500 with any other cache."""
+    settings.AUTH_FAILURE_RATE = "3/minute"
+    settings.CACHES = {"default": {"BACKEND": backend, "LOCATION": settings.CACHE_URL}}
+    client = Client(raise_request_exception=False)
+
+    def get():
+        return client.get("/api/jobs/", HTTP_AUTHORIZATION="Token " + "0" * 40)
+
+    assert [get().status_code for _ in range(3)] == [401, 401, 401]
+    refused = get()
+    assert (refused.status_code, refused.json()["code"]) == (429, "throttled")
+    assert 0 < int(refused["Retry-After"]) <= longest_wait
