@@ -68,7 +68,14 @@ def test_counts_redis_depth_drift_and_outbox(admin_client, busy_queues):
     reports = queues["reports"]
     assert reports.fifo and reports.redis["fifo"] == 2 and reports.drift == 1
 
-    assert snap.totals == {"queued": 4, "processing": 0, "completed": 1, "failed": 1, "cancelled": 0}
+    assert snap.totals == {
+        "queued": 4,
+        "processing": 0,
+        "cancelling": 0,
+        "completed": 1,
+        "failed": 1,
+        "cancelled": 0,
+    }
     assert snap.total_jobs == 6
     assert not snap.estimated
     assert snap.outbox_pending == 1 and snap.outbox_oldest_age is not None

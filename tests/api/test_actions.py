@@ -30,11 +30,20 @@ def test_cancel_a_queued_or_running_job(api, start):
     response = api.post(f"/api/jobs/{job_id}/cancel/")
 
     assert response.status_code == 200, response.json()
-    assert response.json()["status"] == "cancelled" and response.json()["completed_at"]
-    assert Job.objects.get(id=job_id).status == "cancelled"
     log = JobLog.objects.filter(job_id=job_id).last()
-    assert (log.event, log.message) == ("cancelled", "cancelled by alice")
-    assert OutboxMessage.objects.filter(job_id=job_id).last().action == "remove"
+    if start == "queued":
+        assert response.json()["status"] == "cancelled" and response.json()["completed_at"]
+        assert Job.objects.get(id=job_id).status == "cancelled"
+        assert (log.event, log.message) == ("cancelled", "cancelled by alice")
+        assert OutboxMessage.objects.filter(job_id=job_id).last().action == "remove"
+    else:
+        # A running job is asked to cancel: cancelling until its worker stops the attempt.
+        assert response.json()["status"] == "cancelling" and not response.json()["completed_at"]
+        assert Job.objects.get(id=job_id).status == "cancelling"
+        assert (log.event, log.message) == ("cancel_requested", "cancelled by alice")
+        # Asking again changes nothing.
+        assert api.post(f"/api/jobs/{job_id}/cancel/").json()["status"] == "cancelling"
+        assert JobLog.objects.filter(job_id=job_id, event="cancel_requested").count() == 1
 
 
 @pytest.mark.django_db

@@ -65,10 +65,31 @@ def test_stats_match_the_rows_and_redis(api, staff_api, two_queues):
     stats = response.json()
     assert stats["jobs"] == {
         "total": 10,
-        "by_status": {"queued": 6, "processing": 1, "completed": 1, "failed": 1, "cancelled": 1},
+        "by_status": {
+            "queued": 6,
+            "processing": 1,
+            "cancelling": 0,
+            "completed": 1,
+            "failed": 1,
+            "cancelled": 1,
+        },
         "by_queue": {
-            "default": {"queued": 4, "processing": 0, "completed": 0, "failed": 0, "cancelled": 0},
-            "bulk": {"queued": 2, "processing": 1, "completed": 1, "failed": 1, "cancelled": 1},
+            "default": {
+                "queued": 4,
+                "processing": 0,
+                "cancelling": 0,
+                "completed": 0,
+                "failed": 0,
+                "cancelled": 0,
+            },
+            "bulk": {
+                "queued": 2,
+                "processing": 1,
+                "cancelling": 0,
+                "completed": 1,
+                "failed": 1,
+                "cancelled": 1,
+            },
         },
     }
     # Redis as the relayed rows left it. The last two outbox rows (the enqueue and

@@ -22,6 +22,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.core import checks
 from django.db import transaction
+from django.db.models.functions import Now
 from django.tasks import TaskResultStatus, default_task_backend, task_backends
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist, TaskResultMismatch
 from django.test import override_settings
@@ -476,13 +477,16 @@ def test_a_task_whose_process_is_killed_or_dies_fails_with_an_importable_class(r
 
 
 def test_a_task_held_by_a_dead_worker_fails_when_the_worker_restarts(relay):
-    """A worker restarted under the same name fails the attempt its dead process held."""
+    """A worker restarted under the same name fails the attempt its dead process held (once
+    its lease has run out: before, the dead process might still be running it)."""
     result = test_tasks.sleeping_task.enqueue(60)
-    process = manage("runworker", "--name", WORKER, stderr=subprocess.DEVNULL)
+    short_lease = child_env(JOBQUEUE_LEASE_SECONDS="3", JOBQUEUE_HEARTBEAT_SECONDS="1")
+    process = manage("runworker", "--name", WORKER, env=short_lease, stderr=subprocess.DEVNULL)
     try:
         wait_until(lambda: Job.objects.filter(id=result.id, status="processing").exists())
     finally:
         kill_group(process)  # supervisor and child die without a word
+    wait_until(lambda: Job.objects.filter(id=result.id, lease_expires_at__lt=Now()).exists(), timeout=10)
     run_worker()
     result.refresh()
 

@@ -4,16 +4,19 @@ Counted in this process (no PROMETHEUS_MULTIPROC_DIR), as deltas: the
 counters live as long as the process.
 """
 
+from datetime import timedelta
+
 import pytest
 from django.db import transaction
 from django.db.models.functions import Now
+from django.utils import timezone
 
 from queue_app.engine import execution
 from queue_app.engine.execution import Completion
 from queue_app.models import Job
 from queue_app.observability.metrics import MULTIPROC_ENV
 from queue_app.runtime.reconciler import Reconciler
-from queue_app.services import cancel_job, enqueue_job
+from queue_app.services import enqueue_job
 from tests.helpers import wait_until
 from tests.observability.support import local_value
 
@@ -67,7 +70,9 @@ def test_a_fenced_completion_counts_as_fenced_not_completed():
     fenced = local_value("jobqueue_jobs_fenced_total", kind="completion_fenced", **ECHO)
     job = enqueue_job("demo.echo", {"n": 1})
     (claimed,) = execution.claim_jobs([str(job.id)], worker_id="metrics-test")
-    cancel_job(job.id)
+    # The attempt loses the job to a rescue (a cancel now waits for the attempt instead).
+    Job.objects.filter(id=job.id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    execution.rescue_expired_leases()
     assert execution.complete_jobs([Completion(claimed.id, claimed.attempt, {"ok": True})]) == set()
     assert local_value("jobqueue_jobs_completed_total", **ECHO) == completed
     assert local_value("jobqueue_jobs_fenced_total", kind="completion_fenced", **ECHO) == fenced + 1
