@@ -1,5 +1,6 @@
 """The named SQL statements as the hot path sends them: parsed by psycopg once per process."""
 
+import ast
 import json
 
 import psycopg._queries
@@ -11,6 +12,7 @@ from queue_app.engine.execution import Completion
 from queue_app.engine.transitions import table_params
 from queue_app.models import Job
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
+from tests.helpers import PROJECT_ROOT
 
 # Statements run for every job or every claim.
 HOT_PATH = ("insert_job", "claim_jobs", "complete_jobs", "extend_leases")
@@ -21,6 +23,41 @@ def test_statements_are_loaded_without_their_comment_lines():
         lines = sql.query(name).splitlines()
         assert lines, name
         assert not [line for line in lines if line.lstrip().startswith("--")], name
+
+
+def _is_text(node: ast.expr) -> bool:
+    """Statement text written in place: a string, an f-string, or one formatted or joined."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    if isinstance(node, ast.JoinedStr):
+        return True
+    if isinstance(node, ast.BinOp):
+        return _is_text(node.left) or _is_text(node.right)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return node.func.attr == "format" and _is_text(node.func.value)
+    return False
+
+
+def test_the_app_sends_no_statement_text_of_its_own_outside_engine_sql():
+    """Every statement the app sends is a named one of queue_app/engine/sql/*.sql, with bound
+    values: an ``execute`` of text written (or formatted) in place anywhere else fails here.
+    Migrations keep the SQL they were written with."""
+    app = PROJECT_ROOT / "queue_app"
+    found = []
+    for path in sorted(app.rglob("*.py")):
+        relative = path.relative_to(app)
+        if relative.parts[0] == "migrations" or relative.parts[:2] == ("engine", "sql"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("execute", "executemany")
+                and node.args
+                and _is_text(node.args[0])
+            ):
+                found.append(f"{relative}:{node.lineno}")
+    assert found == []
 
 
 @pytest.mark.parametrize("name", HOT_PATH)
