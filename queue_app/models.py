@@ -85,11 +85,13 @@ class Job(models.Model):
                 name="idx_jobs_next_retry_at",
                 condition=models.Q(next_retry_at__isnull=False),
             ),
-            # A claim on a queue with a concurrency limit counts the queue's processing jobs.
+            # A claim on a queue with a concurrency limit counts the queue's running jobs:
+            # processing, and cancelling until the worker confirms (the claim function in
+            # engine/sql/schema/claim_v3.sql names the same two statuses).
             models.Index(
                 fields=["queue"],
-                name="idx_jobs_processing_queue",
-                condition=models.Q(status="processing"),
+                name="idx_jobs_running_queue",
+                condition=models.Q(status__in=["processing", "cancelling"]),
             ),
             # A unique job's enqueue looks for its key's newest job in some statuses (and
             # the admin's search for a key). Partial: other jobs pay nothing for it.

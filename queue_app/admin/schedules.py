@@ -15,8 +15,8 @@ from django.utils.html import format_html
 
 from queue_app.admin.changelist import DeclaredLookupsOnly
 from queue_app.engine.scheduling import ensure_schedule_states, resume_schedules
+from queue_app.engine.selectors import database_now
 from queue_app.models import ScheduleState
-from queue_app.runtime.scheduler import database_now
 from queue_app.schedules import Schedule, ScheduleError, all_schedules
 
 

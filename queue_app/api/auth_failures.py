@@ -21,11 +21,11 @@ from typing import Any
 import redis
 from django.contrib.auth import get_user_model
 from django.contrib.auth.backends import ModelBackend
-from django.contrib.auth.models import Group, Permission
+from django.contrib.auth.models import User
 from django.contrib.auth.signals import user_login_failed
 from django.core.cache import DEFAULT_CACHE_ALIAS, cache, caches
 from django.core.cache.backends.redis import RedisCache
-from django.core.exceptions import FieldDoesNotExist, PermissionDenied
+from django.core.exceptions import PermissionDenied
 from django.db import connection
 from django.dispatch import receiver
 from django.http import HttpRequest
@@ -36,7 +36,7 @@ from rest_framework.throttling import BaseThrottle
 
 from queue_app import conf
 from queue_app.broker.client import REDIS_ERRORS
-from queue_app.engine.sql import prepared
+from queue_app.engine.sql import prepared, query
 from queue_app.observability.logs import get_logger
 
 log = get_logger("queue_app.api")
@@ -154,54 +154,13 @@ def _user_from_row(row: dict) -> Any:
 
 @functools.cache
 def _token_lookup_sql() -> str | None:
-    """One statement for a token key: its user's row, the token's columns and the user's permissions.
-
-    The permissions are the two sets ModelBackend reads with two queries of its
-    own (the user's and their groups'), named the same way ("app_label.codename").
-    None when the user model has no Django permissions (no PermissionsMixin).
-    Every name comes from the models' metadata.
-    """
-    user_model = get_user_model()
-    try:
-        user_permissions = user_model._meta.get_field("user_permissions")
-        user_groups = user_model._meta.get_field("groups")
-    except FieldDoesNotExist:
-        return None
+    """One statement for a token key: its user's row, the token's columns and the user's
+    permissions (engine/sql/auth.sql). None unless the models are Django's own user and
+    DRF's own token, whose tables it names: DRF's lookup then runs instead."""
     token_model = LimitedTokenAuthentication().get_model()
-    group_permissions = Group._meta.get_field("permissions")
-    content_type = Permission._meta.get_field("content_type")
-    q = connection.ops.quote_name
-    user, token = q(user_model._meta.db_table), q(token_model._meta.db_table)
-    user_pk = f"{user}.{q(user_model._meta.pk.column)}"
-    token_key = f"{token}.{q(token_model._meta.get_field('key').column)}"
-    token_created = f"{token}.{q(token_model._meta.get_field('created').column)}"
-    token_user = f"{token}.{q(token_model._meta.get_field('user').column)}"
-    permission_content_type = f"p.{q(content_type.column)}"
-    content_type_pk = f"ct.{q(content_type.target_field.column)}"
-    group_of_membership = f"ug.{q(user_groups.m2m_reverse_name())}"
-    group_of_permission = f"gp.{q(group_permissions.m2m_column_name())}"
-    return f"""
-        SELECT {user}.*, {token_key} AS token_key, {token_created} AS token_created,
-               ARRAY(
-                   SELECT ct.{q("app_label")} || '.' || p.{q("codename")}
-                   FROM {q(Permission._meta.db_table)} p
-                   JOIN {q(content_type.related_model._meta.db_table)} ct
-                     ON {content_type_pk} = {permission_content_type}
-                   WHERE p.{q(Permission._meta.pk.column)} IN (
-                       SELECT {q(user_permissions.m2m_reverse_name())}
-                       FROM {q(user_permissions.m2m_db_table())}
-                       WHERE {q(user_permissions.m2m_column_name())} = {user_pk}
-                       UNION ALL
-                       SELECT gp.{q(group_permissions.m2m_reverse_name())}
-                       FROM {q(group_permissions.m2m_db_table())} gp
-                       JOIN {q(user_groups.m2m_db_table())} ug
-                         ON {group_of_membership} = {group_of_permission}
-                       WHERE ug.{q(user_groups.m2m_column_name())} = {user_pk}
-                   )
-               ) AS permission_names
-        FROM {token} JOIN {user} ON {user_pk} = {token_user}
-        WHERE {token_key} = %s
-    """
+    if get_user_model() is not User or token_model._meta.label != "authtoken.Token":
+        return None
+    return query("token_user_with_permissions")
 
 
 class LimitedTokenAuthentication(TokenAuthentication):
@@ -234,7 +193,7 @@ class LimitedTokenAuthentication(TokenAuthentication):
             return super().authenticate_credentials(key)
         # Prepared: planning this statement took longer than running it.
         with prepared() as cursor:
-            cursor.execute(sql, [key])
+            cursor.execute(sql, {"key": key})
             names = [column.name for column in cursor.description]
             row = cursor.fetchone()
         if row is None:

@@ -17,6 +17,7 @@ from psycopg_pool import PoolTimeout
 
 from queue_app.broker.client import REDIS_ERRORS, connect
 from queue_app.conf import redis_url
+from queue_app.engine import sql
 
 HEALTH_TIMEOUT_SECONDS = 1.0
 # libpq counts a connect timeout in whole seconds, and no fewer than 2.
@@ -42,11 +43,11 @@ def check_postgresql() -> str:
             params = connection.get_connection_params()
             params["connect_timeout"] = HEALTH_CONNECT_TIMEOUT_SECONDS
             with psycopg.connect(**params) as direct:
-                direct.execute("SELECT 1").fetchone()
+                direct.execute(sql.query("ping")).fetchone()
         else:
             pool.open()  # as Django's first connection would
             with pool.connection(timeout=HEALTH_TIMEOUT_SECONDS) as pooled:
-                pooled.execute("SELECT 1").fetchone()
+                pooled.execute(sql.query("ping")).fetchone()
     except (psycopg.Error, PoolTimeout) as exc:
         return f"{type(exc).__name__}: {exc}".strip()
     return "ok"

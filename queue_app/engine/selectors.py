@@ -6,13 +6,22 @@ import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
+from django.db import connection
 from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from queue_app.engine import sql
 from queue_app.ids import parse_job_id
 from queue_app.models import Job
 from queue_app.states import RUNNING, Status
+
+
+def database_now() -> datetime:
+    """PostgreSQL's clock (the statement's start): what leases and due times are compared with."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql.query("database_now"))
+        return cursor.fetchone()[0]
 
 
 def valid_ids(ids: Iterable[str]) -> list[uuid.UUID]:

@@ -27,6 +27,7 @@ from queue_app.engine.scheduling import (
     redefine_schedule,
     rewind_schedule,
 )
+from queue_app.engine.selectors import database_now
 from queue_app.exceptions import QueueError
 from queue_app.models import ScheduleState
 from queue_app.observability.logs import get_logger
@@ -39,12 +40,6 @@ log = get_logger("queue_app.scheduler")
 MIN_SLEEP_SECONDS = 0.01
 # A schedule handled further ahead of the database clock than this saw the clock go back.
 CLOCK_STEP_TOLERANCE = timedelta(minutes=1)
-
-
-def database_now() -> datetime:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT statement_timestamp()")
-        return cursor.fetchone()[0]
 
 
 class Scheduler:

@@ -15,6 +15,7 @@ import zlib
 import psycopg
 from django.db import connection
 
+from queue_app.engine import sql
 from queue_app.observability.logs import get_logger
 
 log = get_logger("queue_app.supervisor")
@@ -45,8 +46,9 @@ class WorkerNameLock:
         for key in ("cursor_factory", "context", "server_side_binding"):
             params.pop(key, None)
         session = psycopg.connect(**params, autocommit=True)
-        key = [LOCK_CLASS, lock_key(self.name)]
-        row = session.execute("SELECT pg_try_advisory_lock(%s, %s)", key).fetchone()
+        row = session.execute(
+            sql.query("try_worker_name_lock"), {"lock_class": LOCK_CLASS, "key": lock_key(self.name)}
+        ).fetchone()
         if not row[0]:
             session.close()
             raise WorkerNameInUse(self.name)
@@ -58,7 +60,7 @@ class WorkerNameLock:
         if self._session is None or self._session.closed:
             return False
         try:
-            self._session.execute("SELECT 1")
+            self._session.execute(sql.query("ping"))
             return True
         except (psycopg.Error, OSError):
             self._session.close()

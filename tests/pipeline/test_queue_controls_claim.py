@@ -65,6 +65,22 @@ def test_a_concurrency_limit_counts_jobs_already_processing():
 
 
 @pytest.mark.django_db
+def test_a_concurrency_limit_counts_jobs_being_cancelled_like_processing_ones():
+    """A running job asked to cancel runs until its worker confirms the stop (DESIGN.md's
+    ``processing --cancel--> cancelling --confirmed--> cancelled``), so it keeps its slot
+    until then. The status is written directly: the claim reads nothing else of it."""
+    ids = _ids(3)
+    set_queue_limits("default", concurrency_limit=2, rate_limit=None)
+    assert len(execution.claim(ids[:2], worker_id="w", queues={"default": True}).jobs) == 2
+    Job.objects.filter(id=ids[0]).update(status="cancelling")
+    held = execution.claim(ids[2:], worker_id="w", queues={"default": True})
+    assert held.jobs == [] and held.held_back == {"default": ids[2:]}
+    Job.objects.filter(id=ids[0]).update(status="cancelled")
+    freed = execution.claim(ids[2:], worker_id="w", queues={"default": True})
+    assert [job.id for job in freed.jobs] == ids[2:]
+
+
+@pytest.mark.django_db
 def test_a_limited_queue_claimed_without_its_exclusive_lock_gets_nothing():
     """A worker whose view of the controls is stale (it did not know of the limit) claims nothing."""
     ids = _ids(2)

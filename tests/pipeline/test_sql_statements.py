@@ -1,5 +1,6 @@
 """The named SQL statements as the hot path sends them: parsed by psycopg once per process."""
 
+import ast
 import json
 
 import psycopg._queries
@@ -11,6 +12,7 @@ from queue_app.engine.execution import Completion
 from queue_app.engine.transitions import table_params
 from queue_app.models import Job
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
+from tests.helpers import PROJECT_ROOT
 
 # Statements run for every job or every claim.
 HOT_PATH = ("insert_job", "claim_jobs", "complete_jobs", "extend_leases")
@@ -21,6 +23,41 @@ def test_statements_are_loaded_without_their_comment_lines():
         lines = sql.query(name).splitlines()
         assert lines, name
         assert not [line for line in lines if line.lstrip().startswith("--")], name
+
+
+def _is_text(node: ast.expr) -> bool:
+    """Statement text written in place: a string, an f-string, or one formatted or joined."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    if isinstance(node, ast.JoinedStr):
+        return True
+    if isinstance(node, ast.BinOp):
+        return _is_text(node.left) or _is_text(node.right)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return node.func.attr == "format" and _is_text(node.func.value)
+    return False
+
+
+def test_the_app_sends_no_statement_text_of_its_own_outside_engine_sql():
+    """Every statement the app sends is a named one of queue_app/engine/sql/*.sql, with bound
+    values: an ``execute`` of text written (or formatted) in place anywhere else fails here.
+    Migrations keep the SQL they were written with."""
+    app = PROJECT_ROOT / "queue_app"
+    found = []
+    for path in sorted(app.rglob("*.py")):
+        relative = path.relative_to(app)
+        if relative.parts[0] == "migrations" or relative.parts[:2] == ("engine", "sql"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("execute", "executemany")
+                and node.args
+                and _is_text(node.args[0])
+            ):
+                found.append(f"{relative}:{node.lineno}")
+    assert found == []
 
 
 @pytest.mark.parametrize("name", HOT_PATH)
@@ -55,10 +92,10 @@ def test_the_claim_function_runs_its_statements_on_generic_plans_without_jit():
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT proname, proconfig, provolatile FROM pg_proc"
-            " WHERE proname IN ('queue_claim_jobs', 'queue_claim_controlled_jobs') ORDER BY proname"
+            " WHERE proname IN ('queue_claim_jobs_v3', 'queue_claim_controlled_jobs_v3') ORDER BY proname"
         )
         functions = cursor.fetchall()
-    assert [name for name, _, _ in functions] == ["queue_claim_controlled_jobs", "queue_claim_jobs"]
+    assert [name for name, _, _ in functions] == ["queue_claim_controlled_jobs_v3", "queue_claim_jobs_v3"]
     for _, config, volatility in functions:
         assert sorted(config) == ["enable_seqscan=off", "jit=off", "plan_cache_mode=force_generic_plan"]
         # VOLATILE: each statement inside takes a fresh snapshot, so the claim sees what
@@ -71,14 +108,14 @@ def _controlled_claims() -> int:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions"
-            " WHERE funcname = 'queue_claim_controlled_jobs'"
+            " WHERE funcname = 'queue_claim_controlled_jobs_v3'"
         )
         return cursor.fetchone()[0]
 
 
 @pytest.mark.django_db
 def test_a_claim_of_jobs_whose_queue_has_no_controls_takes_the_short_path():
-    """Migration 0014: only a claim that left an id unclaimed runs the full claim."""
+    """schema/claim_v3.sql: only a claim that left an id unclaimed runs the full claim."""
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL track_functions = 'pl'")
     first, second = enqueue_job("demo.echo", {"n": 1}), enqueue_job("demo.echo", {"n": 2})
@@ -114,7 +151,7 @@ def test_running_jobs_are_completed_and_extended_by_primary_key():
         # "Bitmap Index Scan on jobs_pkey" without statistics, "Index Scan using jobs_pkey" with.
         assert "jobs_pkey" in plan, (name, plan)
         assert "Seq Scan on jobs" not in plan, (name, plan)
-        assert "idx_jobs_processing_queue" not in plan and "idx_jobs_status" not in plan, (name, plan)
+        assert "idx_jobs_running_queue" not in plan and "idx_jobs_status" not in plan, (name, plan)
 
 
 def _completion_plans(rows: str) -> dict[str, str]:

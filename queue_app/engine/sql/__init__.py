@@ -8,6 +8,9 @@ Each file holds the statements of one concern; a statement starts with a
 Values are always bound parameters; the statements are fixed text, never
 built by formatting values or identifiers into them.
 
+The database's functions (the claim's) are not statements: they are in
+``schema/``, one file per version, loaded by migrations.
+
 The hot path (enqueue, claim, complete, heartbeat) runs them on ``prepared()``
 cursors, so PostgreSQL parses and plans each once per connection.
 """

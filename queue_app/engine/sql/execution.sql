@@ -5,13 +5,13 @@
 
 -- name: claim_jobs
 -- The queue locks, then the compare-and-set claim, in one call: the function
--- queue_claim_jobs (migration 0014_claim_fast_path), which falls back to the
--- claim with queue controls of migration 0011_claim_function (read them there).
+-- queue_claim_jobs_v3 (schema/claim_v3.sql), which falls back to the claim with
+-- queue controls, queue_claim_controlled_jobs_v3 (same file).
 -- Returns the claimed jobs (claimed = true) and the queued, due ids the queue
 -- controls held back (claimed = false), which the caller puts back in place.
 SELECT id, type, queue, payload, attempts, max_attempts, fence, claimed, trace_context, waited
-  FROM queue_claim_jobs(%(ids)s::uuid[], %(worker)s, %(lease)s, %(queues)s::text[], %(exclusive)s::boolean[],
-                        %(lock_class)s, %(sources)s::text[], %(target)s, %(event)s, %(level)s)
+  FROM queue_claim_jobs_v3(%(ids)s::uuid[], %(worker)s, %(lease)s, %(queues)s::text[], %(exclusive)s::boolean[],
+                           %(lock_class)s, %(sources)s::text[], %(target)s, %(event)s, %(level)s)
 
 -- name: complete_jobs
 -- Primary-key look-ups of the given ids, whatever the statistics say (as in the
