@@ -43,6 +43,10 @@ class QueueSettings:
     # relay hop on the way to a worker. Off: every job goes through the relay.
     DISPATCH_ON_COMMIT: bool = True
     RELAY_GRACE_SECONDS: float = 2.0
+    # How long a relay's claim on a batch of outbox rows holds: other relays pass over the
+    # rows meanwhile, and send them if the relay died before marking them. Longer than a
+    # push can take (Redis commands time out after 30 s), or a slow push is sent twice.
+    RELAY_CLAIM_SECONDS: float = 45.0
     WORKER_BATCH_SIZE: int = 20
     WORKER_POLL_SECONDS: float = 1.0
     WORKER_CLAIM_AHEAD_SECONDS: float = 0.05

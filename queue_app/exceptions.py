@@ -43,15 +43,9 @@ class TransitionNotAllowed(QueueError):
 
 
 class IdempotencyConflict(QueueError):
-    """The key was used with a different request."""
+    """The key was used with a different request (keys are per owner)."""
 
     code = "idempotency_key_reused"
-
-
-class IdempotencyKeyInUse(QueueError):
-    """The key belongs to another owner's job; nothing about that job is revealed."""
-
-    code = "idempotency_key_in_use"
 
 
 class JobsRejected(QueueError):

@@ -47,7 +47,11 @@ class Job(models.Model):
     result = models.JSONField(null=True, blank=True)
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     # Hash of the request that first used the key: same key + other body = conflict.
+    # Keys are per owner (see Meta.constraints).
     idempotency_fingerprint = models.CharField(max_length=64, blank=True, default="")
+    # Unique jobs (queue_app/engine/uniqueness.py): no second job of this owner with this
+    # key while this one is in the statuses (and period) the enqueue asked for.
+    unique_key = models.CharField(max_length=255, null=True, blank=True)
     # Indexed only where set (see Meta): jobs enqueued from code have no owner.
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL,
@@ -87,6 +91,13 @@ class Job(models.Model):
                 name="idx_jobs_processing_queue",
                 condition=models.Q(status="processing"),
             ),
+            # A unique job's enqueue looks for its key's newest job in some statuses (and
+            # the admin's search for a key). Partial: other jobs pay nothing for it.
+            models.Index(
+                fields=["unique_key", "status", "created_at"],
+                name="idx_jobs_unique_key",
+                condition=models.Q(unique_key__isnull=False),
+            ),
             # A user's own jobs, newest first, a page at a time (the API's list for anyone
             # without queue_app.view_job). Partial: an ownerless job pays nothing for it.
             models.Index(
@@ -96,10 +107,14 @@ class Job(models.Model):
             ),
         ]
         constraints = [
+            # A key is its owner's (the IETF Idempotency-Key draft scopes keys per client);
+            # jobs without an owner (enqueued from code) share one scope, hence NULLS NOT
+            # DISTINCT. The key leads, so the admin's search by key alone uses it too.
             models.UniqueConstraint(
-                fields=["idempotency_key"],
-                name="uq_jobs_idempotency_key",
+                fields=["idempotency_key", "owner"],
+                name="uq_jobs_owner_idempotency_key",
                 condition=models.Q(idempotency_key__isnull=False),
+                nulls_distinct=False,
             ),
         ]
 
@@ -148,9 +163,10 @@ class OutboxMessage(models.Model):
     member = models.CharField(max_length=60, blank=True, default="", db_default="")
     created_at = models.DateTimeField(db_default=Now())
     dispatched_at = models.DateTimeField(null=True, blank=True)
-    # Set when the committing process pushes the job to Redis itself (DISPATCH_ON_COMMIT):
-    # the relay leaves the row alone until then, and afterwards sends it only if the
-    # job is still queued (the push was lost with a crash or a Redis outage).
+    # The relay leaves the row alone until then. Set when the committing process pushes the
+    # job to Redis itself (DISPATCH_ON_COMMIT; afterwards the relay re-sends it only if the
+    # job is still queued), and to the end of a relay's claim while it pushes the row (if
+    # the relay dies before marking it, the row falls due again then).
     dispatch_after = models.DateTimeField(null=True, blank=True)
     # An enqueue onto a strict-FIFO list goes to its head instead of its tail: a job handed
     # back unstarted was ahead of every job enqueued after it and keeps that place.

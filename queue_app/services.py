@@ -28,7 +28,6 @@ from queue_app.engine.enqueue import (
 )
 from queue_app.exceptions import (
     IdempotencyConflict,
-    IdempotencyKeyInUse,
     InvalidJob,
     InvalidQueueControl,
     JobNotFound,
@@ -46,7 +45,6 @@ __all__ = [
     "LATEST_RUN_AT",
     "MAX_ATTEMPTS_LIMIT",
     "IdempotencyConflict",
-    "IdempotencyKeyInUse",
     "InvalidJob",
     "InvalidQueueControl",
     "JobNotFound",

@@ -49,6 +49,12 @@ TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
 # A worker runs an attempt of the job: it holds a lease, renewed by its heartbeat.
 RUNNING = frozenset({Status.PROCESSING, Status.CANCELLING})
 
+# The statuses in which a job holds its unique key unless its request names others: every
+# status of a job yet to finish (queued, processing, and any later one that is not terminal,
+# such as a running job whose cancel the worker has yet to confirm): a second job with the
+# key must not start beside it.
+DEFAULT_UNIQUE_STATES = frozenset(Status) - TERMINAL
+
 
 @dataclass(frozen=True)
 class Transition:

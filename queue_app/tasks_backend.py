@@ -8,6 +8,13 @@ only code can name a task.
 
     TASKS = {"default": {"BACKEND": "queue_app.tasks_backend.JobQueueBackend"}}
 
+A task may ask to be unique, as Oban's workers do: ``@task(unique=True)``
+(optionally ``unique_for=60``, ``unique_states=(...)``) enqueues no second job
+for the same task, queue and arguments while one is queued or running (see
+queue_app/engine/uniqueness.py); ``enqueue`` then returns the existing job's
+result. Django's ``Task.using`` has no place for a key of the caller's choice,
+so the key is made from the call.
+
 Models are imported inside functions: this module is loaded by Django's task
 registry before apps are ready, and a project without ``queue_app`` installed
 must get a ``check`` error, not an import-time crash.
@@ -15,7 +22,10 @@ must get a ``check`` error, not an import-time crash.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,9 +77,17 @@ class UnknownTask(InvalidTask):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobQueueTask(Task):
     """A Task that may ask for retries: ``@task(max_attempts=3)`` (``@task`` passes extra
-    keywords to the backend's ``task_class``). None uses the backend's OPTIONS."""
+    keywords to the backend's ``task_class``). None uses the backend's OPTIONS.
+
+    ``unique=True`` makes a call with the same task, queue and arguments return the job
+    already queued or running instead of enqueuing another; ``unique_for`` (seconds) and
+    ``unique_states`` (statuses) are the enqueue's ``unique_for`` and ``unique_states``.
+    """
 
     max_attempts: int | None = None
+    unique: bool = False
+    unique_for: float | None = None
+    unique_states: Sequence[str] | None = None
 
 
 def _valid_attempts(value: Any) -> bool:
@@ -111,6 +129,7 @@ class JobQueueBackend(BaseTaskBackend):
             raise InvalidTask(f"Queue '{task.queue_name}' is not a configured JOBQUEUE queue.")
         if not _valid_attempts(self.max_attempts(task)):
             raise InvalidTask(f"max_attempts must be a whole number between 1 and {MAX_ATTEMPTS_LIMIT}.")
+        _check_unique_options(task)
         _known_task_paths.add(task.module_path)
 
     def check(self, **kwargs) -> list[checks.CheckMessage]:
@@ -165,6 +184,7 @@ class JobQueueBackend(BaseTaskBackend):
             "priority": task.priority,
             "run_after": task.run_after.isoformat() if task.run_after else None,
         }
+        unique = getattr(task, "unique", False)
         job = enqueue_job(
             TASK_JOB_TYPE,
             payload,
@@ -173,11 +193,23 @@ class JobQueueBackend(BaseTaskBackend):
             queue=task.queue_name,
             run_at=task.run_after,
             max_attempts=self.max_attempts(task),
+            unique_key=self._unique_key(task, payload) if unique else None,
+            unique_for=task.unique_for if unique else None,
+            unique_states=task.unique_states if unique else None,
             backend=self.alias,
         )
+        if not job.was_created:
+            # A unique task's job already queued or running: nothing was enqueued.
+            return self._result(job, _task_of(job))
         result = self._result(job, task, worker_ids=[])
         task_enqueued.send(type(self), task_result=result)
         return result
+
+    def _unique_key(self, task: Task, payload: dict[str, Any]) -> str:
+        """The same task, on the same queue and backend, with the same arguments."""
+        call = [self.alias, task.module_path, task.queue_name, payload["args"], payload["kwargs"]]
+        digest = hashlib.sha256(json.dumps(call, sort_keys=True).encode()).hexdigest()
+        return f"django.task:{digest}"
 
     def get_result(self, result_id: str) -> TaskResult:
         from queue_app.engine.selectors import valid_ids
@@ -210,6 +242,22 @@ class JobQueueBackend(BaseTaskBackend):
         successful = status == TaskResultStatus.SUCCESSFUL
         object.__setattr__(result, "_return_value", job.result if successful else None)
         return result
+
+
+def _check_unique_options(task: Task) -> None:
+    """The enqueue's own rules for unique_for and unique_states, as Django's InvalidTask."""
+    from queue_app.engine.uniqueness import checked_uniqueness
+
+    unique_for = getattr(task, "unique_for", None)
+    unique_states = getattr(task, "unique_states", None)
+    if not getattr(task, "unique", False):
+        if unique_for is not None or unique_states is not None:
+            raise InvalidTask("unique_for and unique_states need unique=True.")
+        return
+    try:
+        checked_uniqueness("-", unique_for, unique_states)
+    except InvalidJob as exc:
+        raise InvalidTask(f"{exc.field} {exc.message}.") from None
 
 
 def known_task_paths() -> set[str]:

@@ -149,6 +149,9 @@ def child_env(args: argparse.Namespace, stores, folder: Path) -> dict[str, str]:
         "JOBQUEUE_RETRY_BACKOFF_BASE_SECONDS": "0.3",
         "JOBQUEUE_RETRY_BACKOFF_MAX_SECONDS": "2",
         "JOBQUEUE_RELAY_POLL_SECONDS": "1",
+        # A killed relay's rows go to another relay this long after its claim: well inside
+        # DRAIN_TIMEOUT_SECONDS (the default, 45 s, is not).
+        "JOBQUEUE_RELAY_CLAIM_SECONDS": "2",
         "JOBQUEUE_SHUTDOWN_GRACE_SECONDS": "5",
     }
     env.pop("JOBSITE_FAILPOINTS", None)

@@ -1,6 +1,7 @@
-"""The migrations yield exactly the original system's index set on the job table, plus the
-two indexes queries of ours need (the claim's count of a limited queue's processing jobs, and
-a user's own jobs, newest first, for the API's list)."""
+"""The migrations yield exactly the original system's index set on the job table (the
+idempotency key's now per owner), plus the indexes queries of ours need (the claim's count of
+a limited queue's processing jobs, a user's own jobs, newest first, for the API's list, and a
+unique key's jobs for a unique enqueue's look-up)."""
 
 import pytest
 from django.db import connection
@@ -21,15 +22,19 @@ def test_job_table_has_exactly_the_original_indexes():
         "idx_jobs_type",
         "idx_jobs_created_at",
         "idx_jobs_next_retry_at",
-        "uq_jobs_idempotency_key",
+        "uq_jobs_owner_idempotency_key",
         "idx_jobs_processing_queue",
         "idx_jobs_owner_created",
+        "idx_jobs_unique_key",
     }
     assert indexes["idx_jobs_processing_queue"].endswith(
         "USING btree (queue) WHERE ((status)::text = 'processing'::text)"
     )
     assert indexes["idx_jobs_owner_created"].endswith(
         "USING btree (owner_id, created_at, id) WHERE (owner_id IS NOT NULL)"
+    )
+    assert indexes["idx_jobs_unique_key"].endswith(
+        "USING btree (unique_key, status, created_at) WHERE (unique_key IS NOT NULL)"
     )
     assert "UNIQUE" in indexes["jobs_pkey"]
     assert indexes["idx_jobs_status"].endswith("USING btree (status)")
@@ -38,11 +43,11 @@ def test_job_table_has_exactly_the_original_indexes():
     assert indexes["idx_jobs_next_retry_at"].endswith(
         "USING btree (next_retry_at) WHERE (next_retry_at IS NOT NULL)"
     )
-    assert indexes["uq_jobs_idempotency_key"].startswith("CREATE UNIQUE INDEX")
-    assert indexes["uq_jobs_idempotency_key"].endswith(
-        "USING btree (idempotency_key) WHERE (idempotency_key IS NOT NULL)"
+    assert indexes["uq_jobs_owner_idempotency_key"].startswith("CREATE UNIQUE INDEX")
+    assert indexes["uq_jobs_owner_idempotency_key"].endswith(
+        "USING btree (idempotency_key, owner_id) NULLS NOT DISTINCT WHERE (idempotency_key IS NOT NULL)"
     )
-    non_unique = [name for name in indexes if name not in ("jobs_pkey", "uq_jobs_idempotency_key")]
+    non_unique = [name for name in indexes if name not in ("jobs_pkey", "uq_jobs_owner_idempotency_key")]
     assert all("UNIQUE" not in indexes[name] for name in non_unique)
 
 

@@ -1,5 +1,5 @@
 """DATABASE_PGBOUNCER=1: what PgBouncer's transaction pooling cannot carry is turned off
-where Django reads it (README, "Behind PgBouncer")."""
+where Django reads it (docs/how-to/scale-out.md, "PgBouncer")."""
 
 import json
 import subprocess

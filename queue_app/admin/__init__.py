@@ -274,10 +274,10 @@ class JobAdmin(HistoryAdmin):
         ("created_at", admin.DateFieldListFilter),
     )
     # Matched by job_search_filter (not Django's icontains on each field).
-    search_fields = ("id", "type", "idempotency_key", "last_error")
+    search_fields = ("id", "type", "idempotency_key", "unique_key", "last_error")
     search_help_text = (
-        "Whole job ids (spaces or commas between), the first 8+ characters of one, an idempotency key,"
-        " a job type, or words of the last error in their order."
+        "Whole job ids (spaces or commas between), the first 8+ characters of one, an idempotency key"
+        " or a unique key, a job type, or words of the last error in their order."
     )
     date_hierarchy = "created_at"
     ordering = ("-created_at",)
@@ -301,7 +301,7 @@ class JobAdmin(HistoryAdmin):
         (None, {"fields": ("id", "type", "queue", "priority", "status_badge", "owner")}),
         ("Attempts", {"fields": ("attempts_of_max", "worker_id", "lease_expires")}),
         ("Timing", {"fields": ("created", "ready_at", "retry_at", "started", "completed", "duration")}),
-        ("Data", {"fields": ("payload_json", "result_json", "error_text", "idempotency_key")}),
+        ("Data", {"fields": ("payload_json", "result_json", "error_text", "idempotency_key", "unique_key")}),
     )
 
     created = timestamp_field("created_at", "created at")

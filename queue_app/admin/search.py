@@ -1,8 +1,8 @@
 """Search the job history through the job table's indexes, never a text cast of the id.
 
 The admin's search box maps to these filters. Ids are matched on the
-primary key (exactly, or as a range for a hex prefix), idempotency keys on
-their unique index, types through the handler registry (an indexed IN
+primary key (exactly, or as a range for a hex prefix), idempotency and
+unique keys on their indexes, types through the handler registry (an indexed IN
 list), and only free text reaches the one scan there is: the last error.
 """
 
@@ -65,18 +65,18 @@ def search_words(search_term: str) -> list[str]:
 def job_search_filter(search_term: str) -> Q:
     """What the search box matches, shaped so PostgreSQL can use the job table's indexes.
 
-    One or more full ids match the primary key (or an idempotency key)
-    exactly. A hex prefix of 8+ digits, like the short id in the list, is a
-    primary-key range. Text that is an idempotency key finds that job alone
-    (one probe of the unique index). Anything else matches a registered type
-    containing it (an indexed IN list, from the registry) or the last error
-    containing its words in order: one ILIKE, skipping the empty errors of
-    successful jobs, so the planner estimates one condition, not a product
-    of guesses.
+    One or more full ids match the primary key (or an idempotency or unique
+    key) exactly. A hex prefix of 8+ digits, like the short id in the list, is
+    a primary-key range. Text that is an idempotency key or a unique key finds
+    the jobs holding it (a probe of each key's index, which the key leads).
+    Anything else matches a registered type containing it (an indexed
+    IN list, from the registry) or the last error containing its words in
+    order: one ILIKE, skipping the empty errors of successful jobs, so the
+    planner estimates one condition, not a product of guesses.
     """
     words = search_words(search_term)
     text = " ".join(words)
-    exact_key = Q(idempotency_key=text)
+    exact_key = Q(idempotency_key=text) | Q(unique_key=text)
     ids = [full_id(word) for word in words]
     if all(ids):
         return Q(id__in=ids) | exact_key
@@ -84,7 +84,7 @@ def job_search_filter(search_term: str) -> Q:
     # All-digit words are as likely to be numbers in an error message.
     if id_range is not None and not text.isdigit():
         return Q(id__range=id_range) | exact_key
-    if Job.objects.filter(idempotency_key=text).exists():
+    if Job.objects.filter(exact_key).exists():
         return exact_key
     types = [name for name in registered_types() if text.lower() in name.lower()]
     matches = Q(type__in=[text, *types]) | (

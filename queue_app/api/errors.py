@@ -35,7 +35,6 @@ STATUS_BY_CODE = {
     "not_found": 404,
     "unknown_queue": 404,
     "conflict": 409,
-    "idempotency_key_in_use": 409,
     "payload_too_large": 413,
     "idempotency_key_reused": 422,
 }

@@ -9,6 +9,7 @@ from rest_framework.serializers import ListSerializer
 
 from queue_app.conf import queue_settings
 from queue_app.handlers import registered_types
+from queue_app.states import Status
 
 
 class JobTypeFieldExtension(OpenApiSerializerFieldExtension):
@@ -27,6 +28,17 @@ class QueueNameFieldExtension(OpenApiSerializerFieldExtension):
 
     def map_serializer_field(self, auto_schema, direction) -> dict[str, Any]:
         return {"type": "string", "enum": list(queue_settings().QUEUES), "default": "default"}
+
+
+class UniqueStatesFieldExtension(OpenApiSerializerFieldExtension):
+    """``unique_states`` lists the statuses as an enum of its own: built from its choice
+    field, the enum's name collides with the job's ``status`` enum (a schema warning)."""
+
+    target_class = "queue_app.api.serializers.UniqueStatesField"
+
+    def map_serializer_field(self, auto_schema, direction) -> dict[str, Any]:
+        statuses = {"type": "string", "enum": list(Status.values)}
+        return {"type": "array", "items": statuses, "minItems": 1, "nullable": True}
 
 
 class StrictSerializerExtension(OpenApiSerializerExtension):

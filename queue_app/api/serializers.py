@@ -19,11 +19,12 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.reverse import reverse
 
+from queue_app.engine.uniqueness import MAX_UNIQUE_FOR_SECONDS, MAX_UNIQUE_KEY_LENGTH
 from queue_app.exceptions import UnknownJobType
 from queue_app.handlers import get_handler
 from queue_app.models import Job, JobLog
 from queue_app.services import MAX_ATTEMPTS_LIMIT, JobRequest, check_run_at
-from queue_app.states import Priority, Status
+from queue_app.states import DEFAULT_UNIQUE_STATES, Priority, Status
 
 MAX_BULK_JOBS = 1000
 # Far enough for any real schedule, near enough that now + delay is a valid time.
@@ -86,6 +87,33 @@ class DelaySecondsField(serializers.Field):
 
     def to_representation(self, value: float) -> float:
         return value
+
+
+@extend_schema_field(
+    {"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": MAX_UNIQUE_FOR_SECONDS}
+)
+class UniqueForField(serializers.Field):
+    default_error_messages = {
+        "invalid": "Must be a number of seconds.",
+        "range": f"Must be above 0 and at most {MAX_UNIQUE_FOR_SECONDS}.",
+    }
+
+    def to_internal_value(self, data: Any) -> float:
+        if isinstance(data, bool) or not isinstance(data, (int, float)):
+            self.fail("invalid")
+        if not 0 < data <= MAX_UNIQUE_FOR_SECONDS:
+            self.fail("range")
+        return float(data)
+
+    def to_representation(self, value: float) -> float:
+        return value
+
+
+class UniqueStatesField(serializers.ListField):
+    """A non-empty list of job statuses (its schema: see schema.py)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(child=StrictChoiceField(choices=Status.choices), allow_empty=False, **kwargs)
 
 
 @extend_schema_field(OpenApiTypes.DATETIME)
@@ -181,6 +209,24 @@ class JobCreateSerializer(StrictSerializer):
         max_length=255,
         help_text="Or the Idempotency-Key header. A repeat with the same body returns the same job.",
     )
+    unique_key = StrictCharField(
+        required=False,
+        allow_null=True,
+        max_length=MAX_UNIQUE_KEY_LENGTH,
+        help_text="No second job of yours with this key while one is in unique_states (within"
+        " unique_for): the request returns that job, with status 200.",
+    )
+    unique_for = UniqueForField(
+        required=False,
+        allow_null=True,
+        help_text="Seconds: only a job created this recently holds its unique_key. Default: no limit.",
+    )
+    unique_states = UniqueStatesField(
+        required=False,
+        allow_null=True,
+        help_text="The statuses in which a job holds its unique_key. Default:"
+        f" {', '.join(sorted(DEFAULT_UNIQUE_STATES))}; add completed for at most one job per unique_for.",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs.get("run_at") is not None and attrs.get("delay_seconds") is not None:
@@ -208,6 +254,9 @@ class JobCreateSerializer(StrictSerializer):
             delay_seconds=data.get("delay_seconds"),
             max_attempts=data.get("max_attempts"),
             idempotency_key=data.get("idempotency_key"),
+            unique_key=data.get("unique_key"),
+            unique_for=data.get("unique_for"),
+            unique_states=data.get("unique_states"),
         )
 
 
@@ -268,6 +317,7 @@ class JobSerializer(serializers.ModelSerializer):
             "last_error_traceback",
             "result",
             "idempotency_key",
+            "unique_key",
             "logs",
         ]
         read_only_fields = fields
@@ -317,6 +367,7 @@ def job_body(job: Job, request) -> dict[str, Any]:
         "last_error_traceback": job.last_error_traceback if may_see_traceback else None,
         "result": job.result,
         "idempotency_key": text(job.idempotency_key),
+        "unique_key": text(job.unique_key),
         "logs": None if job.pk is None else reverse("job-logs", kwargs={"pk": job.pk}, request=request),
     }
 

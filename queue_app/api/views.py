@@ -66,7 +66,7 @@ AUTH_ERRORS = {
 NOT_FOUND = {404: _error("No such job, or not yours.")}
 CREATE_ERRORS = {
     400: _error("Invalid input; `errors` names the fields."),
-    409: _error("The idempotency key belongs to another user's job."),
+    409: _error("The request collided with a concurrent one (`transaction_conflict`); send it again."),
     413: _error("The payload or the request body is too large."),
     415: _error("The body is not application/json."),
     422: _error("The idempotency key was used with a different request."),
@@ -147,7 +147,11 @@ class JobViewSet(QueueAPIDefaults, mixins.ListModelMixin, mixins.RetrieveModelMi
         parameters=[IDEMPOTENCY_KEY_HEADER],
         responses={
             201: OpenApiResponse(JobSerializer, description="Created."),
-            200: OpenApiResponse(JobSerializer, description="The job an earlier request with this key made."),
+            200: OpenApiResponse(
+                JobSerializer,
+                description="The job an earlier request with this idempotency key made, or the job"
+                " holding this unique_key.",
+            ),
             **CREATE_ERRORS,
             **AUTH_ERRORS,
         },
@@ -184,13 +188,14 @@ class JobViewSet(QueueAPIDefaults, mixins.ListModelMixin, mixins.RetrieveModelMi
         description=(
             f"Up to {MAX_BULK_JOBS} jobs in one transaction: all are created or none is. "
             "A rejection lists each job at fault in `items`. Status 201 when at least one job "
-            "was created, 200 when every job matched an earlier idempotency key."
+            "was created, 200 when every job matched an earlier idempotency key or a held "
+            "unique_key. Jobs of one request sharing a unique_key get the first one's job."
         ),
         request=BulkCreateSerializer,
         responses={
             201: OpenApiResponse(BulkResultSerializer, description="Created, in request order."),
             200: OpenApiResponse(
-                BulkResultSerializer, description="All were earlier jobs (idempotency keys)."
+                BulkResultSerializer, description="All were earlier jobs (idempotency or unique keys)."
             ),
             **CREATE_ERRORS,
             **AUTH_ERRORS,

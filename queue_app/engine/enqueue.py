@@ -1,7 +1,8 @@
-"""Creating jobs: validation, idempotency keys, and the one statement that writes them."""
+"""Creating jobs: validation, idempotency keys, unique keys, and the one statement that writes them."""
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import uuid
@@ -21,9 +22,9 @@ from queue_app import broker
 from queue_app.conf import QueueSettings, queue_settings
 from queue_app.engine import sql
 from queue_app.engine.outbox import ready_placement
+from queue_app.engine.uniqueness import Uniqueness, checked_uniqueness, lock_and_find
 from queue_app.exceptions import (
     IdempotencyConflict,
-    IdempotencyKeyInUse,
     InvalidJob,
     JobsRejected,
     QueueError,
@@ -76,6 +77,12 @@ class JobRequest:
     # The delay as asked for (run_at then holds the start it gave): a retry of the same
     # request, with the same delay, must match the first one's fingerprint.
     delay_seconds: float | None = None
+    # No second job of this owner with this key while one is in unique_states (default:
+    # states.DEFAULT_UNIQUE_STATES), created less than unique_for seconds ago (None: ever);
+    # the enqueue returns that job instead. See queue_app/engine/uniqueness.py.
+    unique_key: str | None = None
+    unique_for: float | None = None
+    unique_states: Sequence[str] | None = None
 
     def fingerprint(self) -> str:
         """Same fingerprint = same request; another schedule is another request.
@@ -88,6 +95,9 @@ class JobRequest:
             body.append({"delay_seconds": self.delay_seconds})
         elif self.run_at is not None:
             body.append({"run_at": self.run_at.astimezone(UTC).isoformat()})
+        if self.unique_key is not None:
+            states = None if self.unique_states is None else sorted(self.unique_states)
+            body.append({"unique": [self.unique_key, self.unique_for, states]})
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
@@ -115,6 +125,7 @@ class _Checked:
     max_attempts: int
     priority: str
     priority_value: int
+    uniqueness: Uniqueness | None
 
 
 def _checked(request: JobRequest, settings: QueueSettings) -> _Checked:
@@ -153,7 +164,8 @@ def _checked(request: JobRequest, settings: QueueSettings) -> _Checked:
         if not isinstance(key, str) or not 1 <= len(key) <= 255:
             raise InvalidJob("must be 1 to 255 characters", field="idempotency_key")
         check_json(key, field="idempotency_key", max_bytes=1024, max_depth=1)
-    return _Checked(request, payload_json, max_attempts, priority, priority_value)
+    uniqueness = checked_uniqueness(request.unique_key, request.unique_for, request.unique_states)
+    return _Checked(request, payload_json, max_attempts, priority, priority_value, uniqueness)
 
 
 def _check_all(requests: Sequence[JobRequest]) -> list[_Checked]:
@@ -203,6 +215,7 @@ class _Planned:
     enqueued_at: datetime
     # (stored, also accepted): see _fingerprints.
     fingerprints: tuple[str, str]
+    uniqueness: Uniqueness | None
 
 
 def _plan(item: _Checked, now: datetime) -> _Planned:
@@ -219,6 +232,7 @@ def _plan(item: _Checked, now: datetime) -> _Planned:
         next_retry_at=request.run_at if scheduled else None,
         enqueued_at=request.run_at if scheduled else now,
         fingerprints=_fingerprints(item) if request.idempotency_key else ("", ""),
+        uniqueness=item.uniqueness,
     )
 
 
@@ -227,6 +241,8 @@ def _fingerprints(item: _Checked) -> tuple[str, str]:
     asked for twice matches, whether as "medium" or 0), and the one a key stored before the
     priority was resolved has: a tier's name was hashed as given, an integer as now."""
     request = replace(item.request, max_attempts=item.max_attempts, priority=item.priority_value)
+    if item.uniqueness is not None:  # as resolved: the defaults, and 60 the same as 60.0
+        request = replace(request, unique_for=item.uniqueness.seconds, unique_states=item.uniqueness.states)
     current = request.fingerprint()
     if PRIORITY_VALUE.get(item.priority) != item.priority_value:
         return current, current  # no tier name spells this priority
@@ -251,6 +267,7 @@ def _row_values(job: _Planned, settings: QueueSettings) -> dict[str, Any]:
         "enqueued_at": job.enqueued_at,
         "idempotency_key": request.idempotency_key,
         "fingerprint": job.fingerprints[0],
+        "unique_key": request.unique_key,
         "backend": request.backend,
         "message": f"enqueued on {job.queue} ({job.priority})",
         "extra": json.dumps({"run_at": job.next_retry_at.isoformat()}) if job.next_retry_at else "{}",
@@ -286,7 +303,9 @@ def _dispatch(rows: list[dict[str, Any]]) -> None:
     for Redis's answer (``broker.send_ready``).
 
     A failure only costs time: the relay sends the rows of jobs still queued
-    once their RELAY_GRACE_SECONDS have passed.
+    once their RELAY_GRACE_SECONDS have passed. A push that lands late, after the
+    job was cancelled or retried, is taken out again by its row then (the relay
+    places a job by its current state, not by the row's values).
     """
     by_queue: dict[str, list[tuple[float, str]]] = {}
     for row in rows:
@@ -336,6 +355,7 @@ def _created_job(planned: _Planned, owner, created_at: datetime, trace_context) 
         "result": None,
         "idempotency_key": request.idempotency_key,
         "idempotency_fingerprint": planned.fingerprints[0],
+        "unique_key": request.unique_key,
         "owner_id": getattr(owner, "pk", None),
         "worker_id": "",
         "lease_expires_at": None,
@@ -346,24 +366,128 @@ def _created_job(planned: _Planned, owner, created_at: datetime, trace_context) 
     if owner is not None:
         Job.owner.field.set_cached_value(job, owner)
     job.was_created = True
+    job.was_duplicate = False
     return job
 
 
-def _existing_for_key(existing: Job | None, planned: _Planned, owner) -> Job:
+def _existing_for_key(existing: Job, planned: _Planned) -> Job:
     """The job a repeated idempotency key refers to, or a conflict."""
-    if existing is None:
-        # The key's job was deleted between the insert and this look-up.
-        message = "this idempotency key's job just changed; try again"
-        raise IdempotencyKeyInUse(message, field="idempotency_key")
-    if (existing.owner_id or None) != (getattr(owner, "pk", None)):
-        # Reveal nothing about another owner's job.
-        raise IdempotencyKeyInUse("this idempotency key is already in use", field="idempotency_key")
     if existing.idempotency_fingerprint not in planned.fingerprints:
         raise IdempotencyConflict(
             "this idempotency key was used with a different request", field="idempotency_key"
         )
     existing.was_created = False
+    existing.was_duplicate = False
     return existing
+
+
+class _KeyJobVanished(Exception):
+    """A key's job was deleted (pruned) between the insert that met it and the look-up."""
+
+
+def _existing_jobs(keys: list[str], owner) -> dict[str, Job]:
+    """The owner's jobs holding ``keys`` (jobs without an owner share one scope)."""
+    jobs = Job.objects.filter(idempotency_key__in=keys)
+    jobs = jobs.filter(owner=owner) if owner is not None else jobs.filter(owner__isnull=True)
+    return {job.idempotency_key: job for job in jobs}
+
+
+def _held_keys(planned: list[_Planned], owner) -> dict[int, Job | int]:
+    """By position, what each unique request duplicates instead of being created: the job
+    holding its key (locked for the rest of the transaction), or the position of an
+    earlier request of this call whose new job will hold it.
+
+    A request whose idempotency key has a job already is left to the insert, which
+    meets the key: a repeat returns its job and another request with it is a conflict,
+    whatever the unique key.
+    """
+    wanted = [(index, job.uniqueness) for index, job in enumerate(planned) if job.uniqueness]
+    repeats = [planned[index].request.idempotency_key for index, _ in wanted]
+    if any(repeats):
+        used = _existing_jobs([key for key in repeats if key], owner)
+        wanted = [(index, u) for index, u in wanted if planned[index].request.idempotency_key not in used]
+    if not wanted:
+        return {}
+    held: dict[int, Job | int] = dict(lock_and_find(owner, wanted))
+    first_new: dict[str, int] = {}
+    for index, uniqueness in wanted:
+        if index in held:
+            continue
+        earlier = first_new.get(uniqueness.key)
+        # A job created now is queued and within any period: it holds the key for a
+        # later request of the call whose statuses include queued. (Should the earlier
+        # request turn out to repeat an idempotency key, its job is the one returned:
+        # that request had the same unique key, since the key is part of its fingerprint.)
+        if earlier is not None and uniqueness.holds_while_queued():
+            held[index] = earlier
+        else:
+            first_new.setdefault(uniqueness.key, index)
+    return held
+
+
+def _duplicate(job: Job) -> Job:
+    """The job a unique request matched, marked as such (a copy: one job may be returned
+    for several requests of one call, the first of them its creator)."""
+    job = copy.copy(job)
+    job.was_created = False
+    job.was_duplicate = True
+    return job
+
+
+def _write(
+    planned: list[_Planned], rows: list[dict[str, Any]], owner, trace_context
+) -> tuple[list[Job], int]:
+    """Insert the planned jobs; (the call's jobs in request order, how many were created).
+
+    Raises _KeyJobVanished, inside the block that undoes this call's inserts,
+    when a key met by the insert has no job by the time it is looked up.
+    """
+    keyed = [job.request.idempotency_key for job in planned if job.request.idempotency_key]
+    unique = any(job.uniqueness for job in planned)
+    # One statement is atomic on its own, so without a caller's transaction it
+    # runs in autocommit: no BEGIN/COMMIT round trips. A savepoint (or a
+    # transaction) is needed only when a key conflict must undo the call's other
+    # jobs, or to hold unique keys' locks until the jobs that take them commit.
+    block = transaction.atomic() if unique or (keyed and len(planned) > 1) else nullcontext()
+    with block:
+        held = _held_keys(planned, owner) if unique else {}
+        inserted = [row for index, row in enumerate(rows) if index not in held]
+        created_at: dict[uuid.UUID, datetime] = {}
+        if inserted:
+            with sql.prepared() as cursor:
+                created_at = _insert(cursor, inserted, owner, trace_context)
+        direct = [row for row in inserted if row["direct"] and row["id"] in created_at]
+        if direct and connection.in_atomic_block:
+            # When (and only if) the caller's transaction commits.
+            transaction.on_commit(partial(_dispatch, direct))
+        elif direct:
+            _dispatch(direct)  # committed already (autocommit)
+        existing: dict[str, Job] = {}
+        if len(created_at) < len(inserted):
+            existing = _existing_jobs(keyed, owner)
+        jobs: dict[int, Job] = {}
+        key_errors: list[QueueError] = []
+        for index, job in enumerate(planned):
+            if index in held:
+                match = held[index]
+                if isinstance(match, int):
+                    match = jobs.get(match)  # None: rejected below, with the call
+                if match is not None:
+                    jobs[index] = _duplicate(match)
+            elif job.id in created_at:
+                jobs[index] = _created_job(job, owner, created_at[job.id], trace_context)
+            elif (found := existing.get(job.request.idempotency_key)) is None:
+                raise _KeyJobVanished
+            else:
+                try:
+                    jobs[index] = _existing_for_key(found, job)
+                except IdempotencyConflict as exc:
+                    exc.index = index
+                    key_errors.append(exc)
+        if key_errors:
+            # Raised inside the block: the jobs this call inserted roll back with it.
+            raise JobsRejected(key_errors, total=len(planned))
+    return list(jobs.values()), len(created_at)
 
 
 @tracing.traced("jobqueue.enqueue")
@@ -372,9 +496,14 @@ def enqueue_jobs(requests: Sequence[JobRequest], *, owner=None) -> list[Job]:
 
     Joins the caller's transaction when there is one: if it rolls back, no
     job, no outbox row, and nothing ever reaches Redis. Each returned job has
-    ``was_created`` (False when an idempotency key matched an existing job).
+    ``was_created`` (False when an idempotency key or a unique key matched an
+    existing job) and ``was_duplicate`` (True when it was a unique key: the
+    job holding it, perhaps created by an earlier request of this call).
+    Keys are per owner: ``owner``'s jobs (or, with no owner, the jobs without
+    one) are the only ones a key can match. A unique key's lock is held until
+    the caller's transaction ends: other enqueues of the key wait for it.
     Raises JobsRejected listing every job at fault (a broken rule, or a key
-    used with a different request or by another owner), with its index.
+    used with a different request), with its index.
     """
     checked = _check_all(requests)
     if not checked:
@@ -382,47 +511,25 @@ def enqueue_jobs(requests: Sequence[JobRequest], *, owner=None) -> list[Job]:
     now = timezone.now()
     # One microsecond apart keeps a call's request order among equal priorities.
     planned = [_plan(item, now + timedelta(microseconds=index)) for index, item in enumerate(checked)]
-    keyed = [job.request.idempotency_key for job in planned if job.request.idempotency_key]
-    # One statement is atomic on its own, so without a caller's transaction it
-    # runs in autocommit: no BEGIN/COMMIT round trips. A savepoint (or a
-    # transaction) is needed only when a key conflict must undo the call's other jobs.
-    undo_on_conflict = transaction.atomic() if keyed and len(planned) > 1 else nullcontext()
     trace_context = tracing.current_context()
     settings = queue_settings()
     rows = [_row_values(job, settings) for job in planned]
-    with undo_on_conflict:
-        with sql.prepared() as cursor:
-            created_at = _insert(cursor, rows, owner, trace_context)
-        direct = [row for row in rows if row["direct"] and row["id"] in created_at]
-        if direct and connection.in_atomic_block:
-            # When (and only if) the caller's transaction commits.
-            transaction.on_commit(partial(_dispatch, direct))
-        elif direct:
-            _dispatch(direct)  # committed already (autocommit)
-        existing: dict[str, Job] = {}
-        if len(created_at) < len(planned):
-            existing = {job.idempotency_key: job for job in Job.objects.filter(idempotency_key__in=keyed)}
-        jobs: list[Job] = []
-        key_errors: list[QueueError] = []
-        for index, job in enumerate(planned):
-            if job.id in created_at:
-                jobs.append(_created_job(job, owner, created_at[job.id], trace_context))
-                continue
-            try:
-                jobs.append(_existing_for_key(existing.get(job.request.idempotency_key), job, owner))
-            except (IdempotencyConflict, IdempotencyKeyInUse) as exc:
-                exc.index = index
-                key_errors.append(exc)
-        if key_errors:
-            # Raised inside the block: the jobs this call inserted roll back with it.
-            raise JobsRejected(key_errors, total=len(requests))
+    while True:
+        try:
+            jobs, created = _write(planned, rows, owner, trace_context)
+            break
+        except _KeyJobVanished:
+            # The key is free again: run the call again, as if it had come a moment later.
+            # Each pass follows another transaction's delete of a job holding the key (nothing
+            # inserted by this call survives a pass), so this ends as such deletes end.
+            log.info("idempotency_key_job_vanished", count=len(planned))
     metrics.jobs_enqueued(job for job in jobs if job.was_created)
     # Per call, so debug: the job's own log trail records its enqueue for good.
-    if len(created_at) == 1:
+    if created == 1:
         job = next(job for job in jobs if job.was_created)
         log.debug("job_enqueued", job_id=str(job.id), type=job.type, queue=job.queue, priority=job.priority)
-    elif created_at:
-        log.debug("jobs_enqueued", count=len(created_at))
+    elif created:
+        log.debug("jobs_enqueued", count=created)
     return jobs
 
 
@@ -435,10 +542,14 @@ def enqueue_job(
     run_at: datetime | None = None,
     max_attempts: int | None = None,
     idempotency_key: str | None = None,
+    unique_key: str | None = None,
+    unique_for: float | None = None,
+    unique_states: Sequence[str] | None = None,
     owner=None,
     backend: str = "",
 ) -> Job:
-    """Create one job (see ``enqueue_jobs``); a repeated idempotency key returns the existing job.
+    """Create one job (see ``enqueue_jobs``); a repeated idempotency key, or a unique key
+    another job holds, returns the existing job (``was_created`` False).
 
     Raises the job's own error (InvalidJob, UnknownJobType, ...) rather than JobsRejected.
     """
@@ -450,6 +561,9 @@ def enqueue_job(
         run_at=run_at,
         max_attempts=max_attempts,
         idempotency_key=idempotency_key,
+        unique_key=unique_key,
+        unique_for=unique_for,
+        unique_states=unique_states,
         backend=backend,
     )
     try:

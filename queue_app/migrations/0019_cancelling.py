@@ -13,7 +13,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('queue_app', '0016_schedule_definition'),
+        ('queue_app', '0018_idempotency_per_owner_unique_jobs'),
     ]
 
     operations = [

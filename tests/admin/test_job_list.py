@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 from django.utils import timezone
 
 from queue_app import services
@@ -125,6 +126,14 @@ def test_search_by_idempotency_key_and_type(admin_client):
     assert listed_ids(admin_client.get(changelist("q=invoice-42"))) == {str(keyed.id)}
     # A word of a registered type name finds that type's jobs (an indexed IN list).
     assert listed_ids(admin_client.get(changelist("q=fail"))) == {str(failing.id)}
+
+
+def test_search_by_unique_key_and_the_key_on_the_job_page(admin_client):
+    unique = services.enqueue_job("demo.echo", unique_key="nightly-report")
+    make_job(idempotency_key="other")
+    assert listed_ids(admin_client.get(changelist("q=nightly-report"))) == {str(unique.id)}
+    page = admin_client.get(reverse("admin:queue_app_job_change", args=[unique.id])).content.decode()
+    assert "Unique key" in page and "nightly-report" in page
 
 
 def test_search_error_words_in_their_order(admin_client):

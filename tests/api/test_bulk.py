@@ -137,15 +137,23 @@ def test_a_reused_key_in_a_bulk_names_the_item_and_rolls_everything_back(api, bo
     before = rows_written()
     jobs = _jobs(4)
     jobs[1]["idempotency_key"] = "mine"  # same key, different payload: 422
-    jobs[3]["idempotency_key"] = "bobs"  # another user's key: 409
+    jobs[3]["idempotency_key"] = "bobs"  # another user's key: this user's own, free
 
     response = post_json(api, BULK, {"jobs": jobs})
 
     assert response.status_code == 422, response.json()
     items = response.json()["items"]
-    assert [(item["index"], item["code"]) for item in items] == [
-        (1, "idempotency_key_reused"),
-        (3, "idempotency_key_in_use"),
-    ]
+    assert [(item["index"], item["code"]) for item in items] == [(1, "idempotency_key_reused")]
     assert rows_written() == before
     assert JobLog.objects.count() == OutboxMessage.objects.count() == 2
+
+
+@pytest.mark.django_db
+def test_a_bulk_with_another_users_keys_creates_its_own_jobs(api, bob_api):
+    keyed = [{**job, "idempotency_key": f"k-{n}"} for n, job in enumerate(_jobs(2))]
+    bobs = post_json(bob_api, BULK, {"jobs": keyed})
+    mine = post_json(api, BULK, {"jobs": keyed})
+
+    assert (bobs.status_code, mine.status_code) == (201, 201)
+    assert not {j["id"] for j in bobs.json()["jobs"]} & {j["id"] for j in mine.json()["jobs"]}
+    assert Job.objects.count() == 4

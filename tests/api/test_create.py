@@ -28,6 +28,7 @@ JOB_FIELDS = {
     "last_error_traceback",
     "result",
     "idempotency_key",
+    "unique_key",
     "logs",
 }
 

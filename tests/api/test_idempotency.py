@@ -47,14 +47,32 @@ def test_same_key_with_a_different_body_is_422(api):
 
 
 @pytest.mark.django_db
-def test_another_users_key_is_a_conflict_that_reveals_nothing(api, bob_api):
-    mine = submit(api, payload={"secret": "alice's"}, idempotency_key="shared").json()
-    response = submit(bob_api, payload={"secret": "alice's"}, idempotency_key="shared")
+def test_each_user_has_their_own_keys(api, bob_api, alice, bob):
+    """Keys are per client, as the IETF draft "The Idempotency-Key HTTP Header Field" scopes
+    them: the same key from two users makes two jobs, and neither learns of the other's."""
+    mine = submit(api, payload={"secret": "alice's"}, idempotency_key="shared")
+    theirs = submit(bob_api, payload={"secret": "alice's"}, idempotency_key="shared")
+    theirs_again = submit(bob_api, payload={"secret": "alice's"}, idempotency_key="shared")
+    mine_again = submit(api, payload={"secret": "alice's"}, idempotency_key="shared")
 
-    assert response.status_code == 409
-    assert response.json()["code"] == "idempotency_key_in_use"
-    assert mine["id"] not in response.content.decode() and "alice" not in response.content.decode()
-    assert Job.objects.count() == 1
+    assert (mine.status_code, theirs.status_code) == (201, 201)
+    assert (theirs_again.status_code, mine_again.status_code) == (200, 200)
+    assert theirs.json()["id"] != mine.json()["id"]
+    assert theirs_again.json()["id"] == theirs.json()["id"]
+    assert mine_again.json()["id"] == mine.json()["id"]
+    assert Job.objects.get(id=mine.json()["id"]).owner == alice
+    assert Job.objects.get(id=theirs.json()["id"]).owner == bob
+
+
+@pytest.mark.django_db
+def test_a_users_reuse_of_their_key_with_another_body_is_still_422(api, bob_api):
+    submit(api, payload={"n": 1}, idempotency_key="shared")
+    submit(bob_api, payload={"n": 2}, idempotency_key="shared")  # bob's own key: no conflict
+    response = submit(bob_api, payload={"n": 3}, idempotency_key="shared")
+
+    assert response.status_code == 422
+    assert response.json()["code"] == "idempotency_key_reused"
+    assert sorted(Job.objects.values_list("payload__n", flat=True)) == [1, 2]
 
 
 def _race(bodies: list[dict]) -> list:

@@ -1,8 +1,9 @@
 """The app installs into a fresh Django project from a wheel and runs a job end to end.
 
-Follows README.md's "Add it to your project" literally: its settings.py and urls.py blocks are
-appended to a new ``django-admin startproject``. The throwaway virtualenv reads the
-dependencies from this interpreter's site-packages (a .pth file), so nothing is downloaded.
+Follows the tutorial "Add it to your project" (docs/tutorials/add-to-your-project.md) literally:
+its settings.py and urls.py blocks are appended to a new ``django-admin startproject``. The
+throwaway virtualenv reads the dependencies from this interpreter's site-packages (a .pth
+file), so nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -26,17 +27,15 @@ from tests.helpers import PROJECT_ROOT
 
 pytestmark = [pytest.mark.processes, pytest.mark.redis]
 
-SECTION = "## Add it to your project"
+TUTORIAL = PROJECT_ROOT / "docs" / "tutorials" / "add-to-your-project.md"
 
 
-def readme_block(first_line: str) -> str:
-    """The fenced python block of the README section that starts with ``first_line``."""
-    readme = (PROJECT_ROOT / "README.md").read_text()
-    section = readme.split(SECTION, 1)[1].split("\n## ", 1)[0]
-    for block in re.findall(r"```python\n(.*?)```", section, flags=re.S):
+def tutorial_block(first_line: str) -> str:
+    """The fenced python block of the tutorial that starts with ``first_line``."""
+    for block in re.findall(r"```python\n(.*?)```", TUTORIAL.read_text(), flags=re.S):
         if block.startswith(first_line):
             return block
-    raise AssertionError(f"README section {SECTION!r} has no python block starting {first_line!r}")
+    raise AssertionError(f"{TUTORIAL.name} has no python block starting {first_line!r}")
 
 
 def run(*args, cwd: Path, env: dict[str, str], timeout: float = 180) -> str:
@@ -96,15 +95,15 @@ def test_wheel_installs_into_a_fresh_project_and_runs_a_job(tmp_path, host_datab
         "--find-links", str(tmp_path / "dist"), "jobsite-queue", cwd=tmp_path, env=base_env,
     )  # fmt: skip
 
-    # 3. A fresh project, configured by the README section.
+    # 3. A fresh project, configured by the tutorial.
     # python -m django is django-admin (Django came through the .pth, without its script).
     run(str(python), "-m", "django", "startproject", "hostsite", str(tmp_path / "project"),
         cwd=tmp_path, env=base_env)  # fmt: skip
     project = tmp_path / "project"
     with open(project / "hostsite" / "settings.py", "a") as file:
-        file.write("\n" + readme_block("# settings.py"))
+        file.write("\n" + tutorial_block("# settings.py"))
     with open(project / "hostsite" / "urls.py", "a") as file:
-        file.write("\n" + readme_block("# urls.py"))
+        file.write("\n" + tutorial_block("# urls.py"))
     env = {**base_env, **host_database, "REDIS_URL": settings.REDIS_URL}
 
     def manage(*args: str, timeout: float = 180) -> str:

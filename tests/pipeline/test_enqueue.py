@@ -10,7 +10,6 @@ from django.utils import timezone
 from queue_app import broker
 from queue_app.exceptions import (
     IdempotencyConflict,
-    IdempotencyKeyInUse,
     InvalidJob,
     JobsRejected,
     UnknownJobType,
@@ -18,6 +17,7 @@ from queue_app.exceptions import (
 from queue_app.models import Job, JobLog, OutboxMessage
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
 from tests.helpers import relay_all
+from tests.pipeline.test_enqueue_statement import _other_connection
 
 pytestmark = [pytest.mark.django_db, pytest.mark.redis]
 
@@ -114,12 +114,49 @@ def test_a_key_stored_when_the_priority_was_hashed_as_given_still_matches():
         enqueue_job("demo.echo", {"a": 1}, priority="high", idempotency_key="k-old")
 
 
-def test_key_of_another_owner_is_in_use(django_user_model):
+def test_keys_are_per_owner_and_jobs_without_one_share_a_scope(django_user_model):
+    """As the IETF draft "The Idempotency-Key HTTP Header Field" scopes keys per client."""
     alice = django_user_model.objects.create_user("alice")
     bob = django_user_model.objects.create_user("bob")
-    enqueue_job("demo.echo", idempotency_key="shared", owner=alice)
-    with pytest.raises(IdempotencyKeyInUse):
-        enqueue_job("demo.echo", idempotency_key="shared", owner=bob)
+    alices = enqueue_job("demo.echo", idempotency_key="shared", owner=alice)
+    bobs = enqueue_job("demo.echo", idempotency_key="shared", owner=bob)
+    ownerless = enqueue_job("demo.echo", idempotency_key="shared")
+    assert bobs.was_created and ownerless.was_created
+    assert len({alices.id, bobs.id, ownerless.id}) == 3
+    assert enqueue_job("demo.echo", idempotency_key="shared", owner=bob).id == bobs.id
+    assert enqueue_job("demo.echo", idempotency_key="shared").id == ownerless.id
+    with pytest.raises(IdempotencyConflict):
+        enqueue_job("demo.echo", {"other": 1}, idempotency_key="shared", owner=bob)
+    with pytest.raises(IdempotencyConflict):
+        enqueue_job("demo.echo", {"other": 1}, idempotency_key="shared")
+    assert Job.objects.count() == 3
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("others", [0, 2])
+def test_a_key_whose_job_was_deleted_before_the_look_up_is_free_again(monkeypatch, others):
+    """The insert met the key's job, which another connection pruned before the look-up:
+    the call runs again and takes the key, instead of failing (alone, and with other jobs
+    in its call, whose first inserts are undone)."""
+    from queue_app.engine import enqueue as enqueue_module
+
+    old = enqueue_job("demo.echo", idempotency_key="pruned")
+    look_up = enqueue_module._existing_jobs
+
+    def pruned_in_between(keys, owner):
+        with _other_connection() as other:
+            for table, column in (("job_logs", "job_id"), ("job_outbox", "job_id"), ("jobs", "id")):
+                other.execute(f"DELETE FROM {table} WHERE {column} = %s", [old.id])
+        monkeypatch.setattr(enqueue_module, "_existing_jobs", look_up)
+        return look_up(keys, owner)
+
+    monkeypatch.setattr(enqueue_module, "_existing_jobs", pruned_in_between)
+    requests = [JobRequest(type="demo.echo", idempotency_key="pruned")]
+    requests += [JobRequest(type="demo.echo", payload={"n": n}) for n in range(others)]
+    jobs = enqueue_jobs(requests)
+    assert all(job.was_created for job in jobs) and old.id not in {job.id for job in jobs}
+    assert set(Job.objects.values_list("id", flat=True)) == {job.id for job in jobs}
+    assert OutboxMessage.objects.count() == JobLog.objects.count() == 1 + others
 
 
 @pytest.mark.parametrize(
@@ -245,6 +282,7 @@ def test_a_rejection_names_every_job_at_fault_with_its_index_and_field(django_us
     """Rules first (nothing is written); then keys already used, found in the same call."""
     bob = django_user_model.objects.create_user("bob")
     enqueue_job("demo.echo", {"n": 1}, idempotency_key="mine")
+    enqueue_job("demo.echo", {"n": 1}, idempotency_key="mine-too")
     enqueue_job("demo.echo", idempotency_key="bobs", owner=bob)
     before = (Job.objects.count(), JobLog.objects.count(), OutboxMessage.objects.count())
 
@@ -262,7 +300,9 @@ def test_a_rejection_names_every_job_at_fault_with_its_index_and_field(django_us
             [
                 JobRequest(type="demo.echo", idempotency_key="fresh"),
                 JobRequest(type="demo.echo", payload={"n": 2}, idempotency_key="mine"),
+                # Bob's key is not this caller's (no owner): free, but undone with the rest.
                 JobRequest(type="demo.echo", idempotency_key="bobs"),
+                JobRequest(type="demo.echo", payload={"n": 2}, idempotency_key="mine-too"),
             ]
         )
 
@@ -273,7 +313,7 @@ def test_a_rejection_names_every_job_at_fault_with_its_index_and_field(django_us
     ]
     assert [(e.index, e.code, e.field) for e in reused.value.errors] == [
         (1, "idempotency_key_reused", "idempotency_key"),
-        (2, "idempotency_key_in_use", "idempotency_key"),
+        (3, "idempotency_key_reused", "idempotency_key"),
     ]
     # The job with a fresh key, saved before the others failed, rolled back with them.
     assert (Job.objects.count(), JobLog.objects.count(), OutboxMessage.objects.count()) == before

@@ -246,7 +246,7 @@ async def async_wait(payload):
 @job_handler("probe.io_wait", io_bound=True, max_attempts=1)
 def io_wait(payload):
     """Wait on I/O in a sync handler marked io-bound (a slot thread). The connection goes
-    back to the pool before the wait, as the README advises for slot threads."""
+    back to the pool before the wait, as the docs advise for slot threads."""
     _started()
     connection.close()
     time.sleep(float(payload.get("sleep", 1)))

@@ -172,8 +172,11 @@ def test_job_committed_before_a_crash_runs_once_a_relay_runs(processes):
 
 def test_relay_killed_between_push_and_mark_resends_and_each_job_runs_once(processes):
     jobs = enqueue_jobs([JobRequest(type="probe.run") for _ in range(50)])
+    # Its claim on the rows runs out 2 s after it dies (the default holds them 45 s).
     doomed = manage(
-        "runrelay", env=child_env(JOBSITE_FAILPOINTS="relay.after_push=kill"), stderr=subprocess.DEVNULL
+        "runrelay",
+        env=child_env(JOBSITE_FAILPOINTS="relay.after_push=kill", JOBQUEUE_RELAY_CLAIM_SECONDS="2"),
+        stderr=subprocess.DEVNULL,
     )
     assert doomed.wait(timeout=60) == -signal.SIGKILL
     # Pushed to Redis, but still undispatched in PostgreSQL: the next relay re-sends.

@@ -32,7 +32,7 @@ def test_a_cron_tick_that_falls_in_the_spring_gap_runs_at_the_first_time_after_i
     # croniter runs it at 03:00 local, as Vixie cron does.
     early = Schedule(name="early", type="demo.echo", cron="30 2 * * *", timezone="Europe/Paris")
     assert early.next_tick(at(2026, 3, 29, 0, 0, tz=PARIS)) == at(2026, 3, 29, 3, 0, tz=PARIS)
-    # With "*" for the hour, the skipped hour has no tick (the README says so).
+    # With "*" for the hour, the skipped hour has no tick (docs/how-to/periodic-jobs.md says so).
     hourly = Schedule(name="hourly", type="demo.echo", cron="30 * * * *", timezone="Europe/Paris")
     assert hourly.next_tick(at(2026, 3, 29, 1, 30, tz=PARIS)) == at(2026, 3, 29, 3, 30, tz=PARIS)
 

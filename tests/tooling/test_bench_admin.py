@@ -1,5 +1,5 @@
-"""scripts/bench_admin.py, which backs the README's figures at a million jobs, runs end to end:
-a small seed into a database of its own, then every page timed."""
+"""scripts/bench_admin.py, which backs the admin's figures at a million jobs (docs/how-to/admin.md),
+runs end to end: a small seed into a database of its own, then every page timed."""
 
 from __future__ import annotations
 

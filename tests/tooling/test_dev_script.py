@@ -8,6 +8,8 @@ import stat
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import PROJECT_ROOT
 
 # Stands in for the virtualenv's interpreter: answers the version check, logs every other call.
@@ -27,7 +29,7 @@ def _project(tmp_path: Path) -> Path:
     python.parent.mkdir(parents=True)
     python.write_text(FAKE_PYTHON)
     python.chmod(python.stat().st_mode | stat.S_IXUSR)
-    for tool in ("ruff",):
+    for tool in ("ruff", "mkdocs"):
         (python.parent / tool).symlink_to(python)
     return project
 
@@ -83,3 +85,19 @@ def test_env_writes_what_up_writes_without_starting_anything(tmp_path):
     assert written["DEBUG"] == "1" and written["DATABASE_URL"] == "postgres://db.example/jobs"
     assert len(written["SECRET_KEY"]) >= 50
     assert not (project / ".venv" / "calls.log").exists()  # nothing installed, migrated or run
+
+
+@pytest.mark.skipif(
+    not Path("/usr/bin/chromium").exists(), reason="./dev test would install Chromium first (root + apt)"
+)
+def test_test_builds_the_docs_strictly_after_the_lint_and_before_pytest(tmp_path):
+    project = _project(tmp_path)
+    _dev(project, "test", "-k", "anything")
+    calls = [call for call in (project / ".venv" / "calls.log").read_text().splitlines() if "pip" not in call]
+    assert calls == [
+        "check .",
+        "format --check .",
+        "build --strict --quiet",
+        "manage.py makemigrations --check --dry-run",
+        "-m pytest -k anything",
+    ]

@@ -10,17 +10,18 @@
 
 -- name: insert_job
 -- One job: the same rows as insert_jobs, planned much faster than its arrays.
--- A key already taken inserts nothing (the caller looks the job up).
+-- A key its owner already used (jobs without an owner share one scope) inserts
+-- nothing (the caller looks the job up).
 WITH job AS (
     INSERT INTO jobs (id, type, queue, payload, priority, priority_value, status, attempts, max_attempts,
                       next_retry_at, enqueued_at, last_error, last_error_class, last_error_traceback,
                       idempotency_key,
-                      idempotency_fingerprint, owner_id, worker_id, backend, trace_context)
+                      idempotency_fingerprint, unique_key, owner_id, worker_id, backend, trace_context)
     VALUES (%(id)s, %(type)s, %(queue)s, %(payload)s::jsonb, %(priority)s, %(priority_value)s, %(status)s,
             0, %(max_attempts)s,
             %(next_retry_at)s, %(enqueued_at)s, '', '', '', %(idempotency_key)s,
-            %(fingerprint)s, %(owner_id)s, '', %(backend)s, %(trace_context)s::jsonb)
-        ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+            %(fingerprint)s, %(unique_key)s, %(owner_id)s, '', %(backend)s, %(trace_context)s::jsonb)
+        ON CONFLICT (idempotency_key, owner_id) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, created_at
 ), logged AS (
     INSERT INTO job_logs (job_id, level, event, message, extra)
@@ -48,19 +49,19 @@ WITH request AS (
       FROM json_to_recordset(%(jobs)s::json)
            AS r(position int, id uuid, type text, queue text, payload text, priority text, priority_value int,
                 max_attempts int, next_retry_at timestamptz, enqueued_at timestamptz,
-                idempotency_key text, fingerprint text, backend text, message text, extra text,
+                idempotency_key text, fingerprint text, unique_key text, backend text, message text, extra text,
                 action text, score float8, member text, direct boolean)
 ), job AS (
     INSERT INTO jobs (id, type, queue, payload, priority, priority_value, status, attempts, max_attempts,
                       next_retry_at, enqueued_at, last_error, last_error_class, last_error_traceback,
                       idempotency_key,
-                      idempotency_fingerprint, owner_id, worker_id, backend, trace_context)
+                      idempotency_fingerprint, unique_key, owner_id, worker_id, backend, trace_context)
     SELECT id, type, queue, payload::jsonb, priority, priority_value, %(status)s, 0, max_attempts,
            next_retry_at, enqueued_at, '', '', '', idempotency_key,
-           fingerprint, %(owner_id)s, '', backend, %(trace_context)s::jsonb
+           fingerprint, unique_key, %(owner_id)s, '', backend, %(trace_context)s::jsonb
       FROM request
      ORDER BY idempotency_key NULLS LAST, position
-        ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+        ON CONFLICT (idempotency_key, owner_id) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, created_at
 ), logged AS (
     INSERT INTO job_logs (job_id, level, event, message, extra)

@@ -1,16 +1,77 @@
--- The outbox's wake-up channel and its upkeep. The channel name lives here
--- and in enqueue.sql (whose statements notify as they insert): transitions
--- notify on it, the relay listens on it.
+-- The outbox's wake-up channel, the relay's claims, and upkeep. The channel
+-- name lives here and in enqueue.sql (whose statements notify as they insert):
+-- transitions notify on it, the relay listens on it.
 
 -- name: notify_relay
 -- Delivered only when the surrounding transaction commits.
 SELECT pg_notify('jobqueue_outbox', '')
 
--- name: lock_dispatch
--- Held by a relay for its batch's transaction: relays take turns, so batches reach
--- Redis in outbox order (two relays applying theirs at once could put a FIFO queue's
--- jobs out of order, or apply a job's removal after the enqueue that followed it).
-SELECT pg_advisory_xact_lock(%(lock_class)s, 0)
+-- name: claim_outbox
+-- One batch for one relay: due undispatched rows in id order, claimed by moving
+-- their dispatch_after to the claim's end. The statement is its own short
+-- transaction: the relay pushes to Redis holding no lock, other relays pass over
+-- the claimed rows meanwhile, and if the relay dies before it marks them they
+-- fall due again at the claim's end (at least once).
+-- A strict-FIFO queue's rows are claimed only up to the queue's first
+-- undispatched row this batch does not take (another relay has it, or is taking
+-- it now): a later row must not reach the list before it. Grouped by the queue of
+-- the row, with an id range bounded by the batch, so the look-up walks the batch's
+-- stretch of the undispatched index only.
+-- Each row comes with its job as it is now (the relay places the job where its
+-- current state says, not where the row said) and that version of the job row
+-- (xmin), which finish_outbox_claim compares once the push is done. The previous
+-- dispatch_after tells a row its enqueuer pushed itself (or a relay that died).
+WITH candidate AS MATERIALIZED (
+    SELECT id, queue, dispatch_after
+      FROM job_outbox
+     WHERE dispatched_at IS NULL AND (dispatch_after IS NULL OR dispatch_after <= now())
+     ORDER BY id
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+), line_held AS (
+    SELECT o.queue, min(o.id) AS first_held
+      FROM job_outbox o
+     WHERE o.dispatched_at IS NULL
+       AND EXISTS (SELECT FROM candidate WHERE queue = ANY(%(fifo_queues)s::text[]))
+       AND o.queue = ANY(%(fifo_queues)s::text[])
+       AND o.id < (SELECT max(id) FROM candidate)
+       AND o.id NOT IN (SELECT id FROM candidate)
+     GROUP BY o.queue
+), claimed AS (
+    UPDATE job_outbox o
+       SET dispatch_after = now() + make_interval(secs => %(claim_seconds)s)
+      FROM candidate c
+      LEFT JOIN line_held h ON h.queue = c.queue
+     WHERE o.id = c.id AND (h.first_held IS NULL OR c.id < h.first_held)
+    RETURNING o.id, o.job_id, o.action, o.queue, o.member, o.to_head, c.dispatch_after IS NOT NULL AS pushed,
+              o.dispatch_after AS claimed_until
+)
+SELECT c.id, c.job_id, c.action, c.queue, c.member, c.to_head, c.pushed, c.claimed_until,
+       j.status, j.queue, j.priority_value, j.enqueued_at, j.next_retry_at, j.xmin::text
+  FROM claimed c
+  JOIN jobs j ON j.id = c.job_id
+ ORDER BY c.id
+
+-- name: finish_outbox_claim
+-- After the push: the claimed rows whose job is still the version the claim read
+-- are marked dispatched (the push placed the job as it still is). The others fall
+-- due again at once: their job changed while the push was on its way, and the push
+-- may have landed after the one made for that change, so they are sent again with
+-- the job as it is then. Only rows still under this claim change: if it ran out and
+-- another relay took them over, they are that relay's to finish.
+UPDATE job_outbox o
+   SET dispatched_at = CASE WHEN j.xmin::text = sent.version THEN now() END,
+       dispatch_after = CASE WHEN j.xmin::text = sent.version THEN o.dispatch_after END
+  FROM unnest(%(ids)s::bigint[], %(versions)s::text[]) AS sent(id, version), jobs j
+ WHERE o.id = sent.id AND j.id = o.job_id
+   AND o.dispatched_at IS NULL AND o.dispatch_after = %(claimed_until)s
+RETURNING o.dispatched_at IS NOT NULL
+
+-- name: release_outbox_claim
+-- The push failed: the claimed rows fall due again at once, for whichever relay
+-- reaches Redis first.
+UPDATE job_outbox SET dispatch_after = NULL
+ WHERE id = ANY(%(ids)s::bigint[]) AND dispatched_at IS NULL AND dispatch_after = %(claimed_until)s
 
 -- name: listen_outbox
 LISTEN jobqueue_outbox
