@@ -147,7 +147,7 @@ def test_the_unique_options_are_part_of_the_idempotency_fingerprint():
             enqueue_job("demo.echo", idempotency_key="i", **other)
     # The defaults as resolved: naming them is the same request.
     same = enqueue_job(
-        "demo.echo", idempotency_key="i", unique_key="u", unique_states=("processing", "queued")
+        "demo.echo", idempotency_key="i", unique_key="u", unique_states=("processing", "queued", "cancelling")
     )
     assert same.id == job.id
 
