@@ -8,7 +8,8 @@
         assert run_jobs().completed == 1
 
 As ``Oban.Testing`` and Celery's eager mode give, against the real PostgreSQL and with
-no Redis, relay or worker process.
+no Redis, relay or worker process. pytest users may take them as one fixture,
+``queue`` (``pytest_plugins = ["queue_app.testing.fixtures"]``).
 """
 
 from queue_app.testing.assertions import assert_enqueued, assert_not_enqueued, enqueued_jobs
