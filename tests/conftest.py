@@ -17,6 +17,9 @@ from django.conf import settings
 from queue_app import broker
 from tests.helpers import kill_group
 
+# The ``queue`` fixture (queue_app.testing), as a project using the app loads it.
+pytest_plugins = ["queue_app.testing.fixtures"]
+
 
 def _empty(client: redis.Redis) -> None:
     client.flushdb()

@@ -8,14 +8,15 @@ from django.db import connection
 from queue_app.engine import execution
 from queue_app.models import Job, JobLog
 from queue_app.services import enqueue_job
+from queue_app.testing import run_jobs
 from tests.helpers import run_worker
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
 
-def test_worker_stores_the_summary_and_the_traceback_apart():
+def test_a_failure_stores_the_summary_and_the_traceback_apart():
     job = enqueue_job("probe.fail")  # raises RuntimeError("probe failure"), 3 attempts
-    run_worker()
+    assert run_jobs(with_scheduled=True).failed == 1
     job.refresh_from_db()
     assert job.status == "failed"
     assert job.last_error == "RuntimeError: probe failure"

@@ -9,6 +9,7 @@ import pytest
 from queue_app.engine.retry_policy import exponential_delay, full_jitter
 from queue_app.models import Job, JobLog, OutboxMessage
 from queue_app.services import enqueue_job
+from queue_app.testing import RunSummary, run_jobs
 from tests.helpers import child_env, kill_group, manage, relay_all, run_worker, wait_until
 from tests.probe.models import Execution
 
@@ -112,7 +113,7 @@ def test_without_handler_options_the_backoff_comes_from_the_settings(queue_confi
 @pytest.mark.parametrize("error", ["value", "subclass"])
 def test_an_error_listed_in_give_up_on_fails_the_job_without_retrying(error):
     job = enqueue_job("probe.picky", {"raise": error})  # 3 attempts allowed
-    run_worker()
+    assert run_jobs(with_scheduled=True) == RunSummary(failed=1)
     job.refresh_from_db()
     assert job.status == "failed" and job.attempts == 1
     assert f"probe {error} error" in job.last_error
@@ -122,7 +123,7 @@ def test_an_error_listed_in_give_up_on_fails_the_job_without_retrying(error):
 
 def test_an_error_not_listed_in_give_up_on_is_retried_until_attempts_run_out():
     job = enqueue_job("probe.picky", {"raise": "runtime"})
-    run_worker()
+    assert run_jobs(with_scheduled=True) == RunSummary(retried=2, failed=1)
     job.refresh_from_db()
     assert job.status == "failed" and job.attempts == 3
     assert events(job) == [

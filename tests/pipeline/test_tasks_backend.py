@@ -1,4 +1,4 @@
-"""django.tasks on the queue: @task functions become durable jobs and run on workers."""
+"""django.tasks on the queue: @task functions become durable jobs, run by the queue's executor."""
 
 from datetime import timedelta
 
@@ -9,13 +9,13 @@ from django.tasks.exceptions import TaskResultDoesNotExist
 from django.utils import timezone
 
 from queue_app.models import Job, OutboxMessage
-from tests.helpers import run_worker
+from queue_app.testing import run_jobs
 from tests.probe.jobs import add, whoami
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
 
-def test_enqueued_task_is_a_job_that_a_worker_runs():
+def test_enqueued_task_is_a_job_that_runs():
     result = add.enqueue(2, 3)
     job = Job.objects.get(id=result.id)
     assert (job.type, job.priority, job.status) == ("django.task", "medium", "queued")
@@ -27,7 +27,7 @@ def test_enqueued_task_is_a_job_that_a_worker_runs():
         "run_after": None,
     }
     assert result.status == TaskResultStatus.READY
-    run_worker()
+    assert run_jobs().completed == 1
     result.refresh()
     assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == {"sum": 5}
 
@@ -35,7 +35,7 @@ def test_enqueued_task_is_a_job_that_a_worker_runs():
 def test_context_and_priority_reach_the_job():
     result = whoami.enqueue()
     assert Job.objects.get(id=result.id).priority == "high"
-    run_worker()
+    assert run_jobs().completed == 1
     assert task_backends["default"].get_result(result.id).return_value == {"id": result.id}
 
 

@@ -11,7 +11,7 @@ from django.tasks.exceptions import InvalidTask
 from django.tasks.signals import task_enqueued
 
 from queue_app.models import Job
-from tests.helpers import run_worker
+from queue_app.testing import run_jobs
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
@@ -49,7 +49,7 @@ def test_the_same_call_returns_the_job_already_queued_without_a_second_enqueued_
 
 def test_once_its_job_ran_the_same_call_enqueues_again():
     first = unique_sum.enqueue(3, 4)
-    run_worker()
+    assert run_jobs().completed == 1
     again = unique_sum.enqueue(3, 4)
 
     assert again.id != first.id
@@ -58,7 +58,7 @@ def test_once_its_job_ran_the_same_call_enqueues_again():
 
 def test_with_completed_in_its_statuses_a_call_runs_at_most_once_per_period():
     first = hourly_sum.enqueue(5, 6)
-    run_worker()
+    assert run_jobs().completed == 1
     again = hourly_sum.enqueue(5, 6)
 
     assert again.id == first.id and again.return_value == 11
