@@ -7,14 +7,18 @@ interval instead of once per try, and log when the store answers again.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import psycopg
-from django.db import DatabaseError, InterfaceError
+from django.db import DatabaseError, InterfaceError, connection
 
 from queue_app import broker
 from queue_app.observability.logs import get_logger
 
 log = get_logger("queue_app.outages")
+
+T = TypeVar("T")
 
 STORE_ERRORS = (DatabaseError, InterfaceError, psycopg.Error, *broker.REDIS_ERRORS)
 
@@ -50,3 +54,17 @@ class OutageGuard:
         if self.failures:
             log.info("store_available_again", process=self.process, after_failures=self.failures)
             self.failures = 0
+
+    def attempt(self, step: Callable[[], T], *, sleep=time.sleep) -> tuple[bool, T | None]:
+        """Run one ``step`` of a process's loop: (True, its value), or (False, None) after a
+        store error, the broken database connection closed (the pool discards it) and the
+        backoff slept with ``sleep``."""
+        try:
+            value = step()
+        except self.errors as exc:
+            if isinstance(exc, DatabaseError):
+                connection.close()
+            self.failed(exc, sleep=sleep)
+            return False, None
+        self.recovered()
+        return True, value

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import redis
-from django.db import DatabaseError, connection, reset_queries
+from django.db import connection, reset_queries
 
 from queue_app import broker
 from queue_app.conf import queue_settings
@@ -203,16 +203,9 @@ class Reconciler:
         guard = OutageGuard("reconciler", max_backoff=interval, log_every=interval)
         log.info("reconciler_started", interval=interval, dry_run=self.dry_run, batch_size=self.batch_size)
         while not self.stopping:
-            try:
-                self.run_once()
-                guard.recovered()
-            except guard.errors as exc:
-                if isinstance(exc, DatabaseError):
-                    # A broken connection goes back to the pool, which discards it.
-                    connection.close()
-                guard.failed(exc, sleep=self._stop.wait)
-                continue
-            self._stop.wait(interval)
+            done, _ = guard.attempt(self.run_once, sleep=self._stop.wait)
+            if done:
+                self._stop.wait(interval)
         log.info("reconciler_stopped")
 
     # --- 1. expired leases -----------------------------------------------------

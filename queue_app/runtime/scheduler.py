@@ -17,8 +17,6 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from django.db import DatabaseError, connection
-
 from queue_app.conf import queue_settings
 from queue_app.engine.scheduling import (
     enqueue_schedule_tick,
@@ -108,16 +106,11 @@ class Scheduler:
         guard = OutageGuard("scheduler")
         log.info("scheduler_started", schedules=self._names())
         while not self._stop.is_set():
-            try:
-                next_tick = self.run_once()
-                wait = (next_tick - database_now()).total_seconds()
-                guard.recovered()
-            except guard.errors as exc:
-                if isinstance(exc, DatabaseError):
-                    connection.close()
-                guard.failed(exc, sleep=self._stop.wait)
-                continue
-            self._stop.wait(min(max(wait, MIN_SLEEP_SECONDS), self.poll_seconds))
+            done, wait = guard.attempt(
+                lambda: (self.run_once() - database_now()).total_seconds(), sleep=self._stop.wait
+            )
+            if done:
+                self._stop.wait(min(max(wait, MIN_SLEEP_SECONDS), self.poll_seconds))
         log.info("scheduler_stopped", enqueued=self.enqueued_total)
 
     def _names(self) -> list[str]:
