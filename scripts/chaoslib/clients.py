@@ -382,6 +382,21 @@ class ApiClient(threading.Thread):
                 self._record(batch, status, data["jobs"] if status in (200, 201) else data)
             self._maybe_cancel()
 
+    @staticmethod
+    def _running(acked: list[Submission]) -> list[Submission]:
+        """The submissions whose job a worker runs now (one read of PostgreSQL)."""
+        from django.db import connection
+
+        from queue_app.models import Job
+
+        by_id = {s.acked_ids[0]: s for s in acked}
+        try:
+            ids = Job.objects.filter(id__in=list(by_id), status="processing").values_list("id", flat=True)
+            return [by_id[str(job_id)] for job_id in ids]
+        except Exception:  # noqa: BLE001 - PostgreSQL may be down (a fault): any job will do
+            connection.close()
+            return []
+
     def _record(self, batch: list[Spec], status: int | None, data: Any) -> None:
         for index, spec in enumerate(batch):
             record = self.submissions[spec.ref]
@@ -395,15 +410,22 @@ class ApiClient(threading.Thread):
                 record.error = f"{status}: {json.dumps(data)[:300]}"
 
     def _maybe_cancel(self) -> None:
+        """Now and then cancel one of the client's jobs, and often retry it at once. Half the
+        time the job is one that runs right now (an operator storm: the cancel of a running
+        job, then a retry while its attempt may still be stopping), else any of them."""
         acked = [s for s in self.submissions.values() if s.acked_ids and not s.spec.far_future]
-        if not acked or self.rng.random() >= 0.05:
+        if not acked or self.rng.random() >= 0.08:
             return
         record = self.rng.choice(acked)
+        if self.rng.random() < 0.5:
+            running = self._running(acked)
+            if running:
+                record = self.rng.choice(running)
         job_id = record.acked_ids[0]
         status, _, certain = self.send("POST", f"/api/jobs/{job_id}/cancel/")
         record.actions.append(("cancel", status, certain))
         self.actions[("cancel", status)] += 1
-        if status == 200 and self.rng.random() < 0.5:
+        if status == 200 and self.rng.random() < 0.6:
             status, _, certain = self.send("POST", f"/api/jobs/{job_id}/retry/")
             record.actions.append(("retry", status, certain))
             self.actions[("retry", status)] += 1
