@@ -1,6 +1,7 @@
 """The migrations yield exactly the original system's index set on the job table, plus the
-two indexes queries of ours need (the claim's count of a limited queue's processing jobs, and
-a user's own jobs, newest first, for the API's list)."""
+indexes queries of ours need (the claim's count of a limited queue's processing jobs, a
+user's own jobs, newest first, for the API's list, the reconciler's pages of queued jobs,
+and retention's oldest finished jobs of a status)."""
 
 import pytest
 from django.db import connection
@@ -24,12 +25,18 @@ def test_job_table_has_exactly_the_original_indexes():
         "uq_jobs_idempotency_key",
         "idx_jobs_processing_queue",
         "idx_jobs_owner_created",
+        "idx_jobs_queued_id",
+        "idx_jobs_finished_at",
     }
     assert indexes["idx_jobs_processing_queue"].endswith(
         "USING btree (queue) WHERE ((status)::text = 'processing'::text)"
     )
     assert indexes["idx_jobs_owner_created"].endswith(
         "USING btree (owner_id, created_at, id) WHERE (owner_id IS NOT NULL)"
+    )
+    assert indexes["idx_jobs_queued_id"].endswith("USING btree (id) WHERE ((status)::text = 'queued'::text)")
+    assert indexes["idx_jobs_finished_at"].endswith(
+        "USING btree (status, completed_at) WHERE (completed_at IS NOT NULL)"
     )
     assert "UNIQUE" in indexes["jobs_pkey"]
     assert indexes["idx_jobs_status"].endswith("USING btree (status)")
