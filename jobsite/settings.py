@@ -1,7 +1,8 @@
 """Settings, read from the environment (12-factor); the only place that reads it.
 
 DATABASE_URL / REDIS_URL (and CACHE_URL) select the stores; when unset, embedded servers are
-started under ``.data/`` (see jobsite/embedded.py). The queue's own settings
+started under ``.data/`` (see jobsite/embedded.py), and the cache takes a database of the
+queue's Redis of its own. The queue's own settings
 live in ``JOBQUEUE`` (defaults and validation in queue_app/conf.py); any key
 can be set here as ``JOBQUEUE_<KEY>``.
 """
@@ -18,6 +19,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 
 from jobsite import embedded, envfile
+from queue_app.redis_databases import cache_url_beside, is_cluster_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -187,9 +189,13 @@ if _env_bool("DATABASE_PGBOUNCER", False):
 # (queue_app/broker/client.py).
 REDIS_URL = os.environ.get("REDIS_URL") or embedded.redis_url()
 # The cache (throttles, auth-failure counters) needs a plain Redis: django-redis has
-# no cluster client. By default it shares the queue's Redis.
-CACHE_URL = os.environ.get("CACHE_URL") or REDIS_URL
-if CACHE_URL.partition("://")[0].endswith("+cluster"):
+# no cluster client. By default it uses the queue's server, in the other database of
+# its pair (0 <-> 1, 2 <-> 3, ...): cache.clear() empties the cache's whole database,
+# which must never hold the queue's keys (queue_app/redis_databases.py).
+CACHE_URL = os.environ.get("CACHE_URL") or (
+    REDIS_URL if is_cluster_url(REDIS_URL) else cache_url_beside(REDIS_URL)
+)
+if is_cluster_url(CACHE_URL):
     raise ImproperlyConfigured(
         "CACHE_URL must name a plain Redis (redis://...): the cache cannot use a Redis Cluster. "
         "Set CACHE_URL when REDIS_URL is a redis+cluster:// URL."

@@ -1,8 +1,11 @@
-"""Start-up checks: a bad JOBQUEUE value stops every command with its key named."""
+"""Start-up checks: a bad JOBQUEUE value stops every command with its key named, and so
+does a cache in the queue's Redis database."""
 
+from django.conf import settings as django_settings
 from django.core import checks
 
 from queue_app import conf
+from queue_app.redis_databases import is_cluster_url, shared_database
 
 
 @checks.register()
@@ -176,3 +179,41 @@ def check_task_queues(app_configs, **kwargs):
         for name in queues
         if name not in served
     ]
+
+
+@checks.register(checks.Tags.caches)
+def check_cache_apart_from_queue(app_configs, **kwargs):
+    """No Redis cache shares the queue's database: its ``clear()`` (FLUSHDB) would empty the queue."""
+    queue_url = conf.redis_url()
+    errors = []
+    for alias, cache in getattr(django_settings, "CACHES", {}).items():
+        if "redis" not in str(cache.get("BACKEND", "")).lower():
+            continue
+        location = cache.get("LOCATION") or []
+        # One URL, or several (a primary and its replicas), as a list or comma-separated.
+        urls = location.replace(";", ",").split(",") if isinstance(location, str) else list(location)
+        for url in filter(None, (str(url).strip() for url in urls)):
+            shared = shared_database(url, queue_url)
+            if shared is None:
+                continue
+            if is_cluster_url(queue_url):
+                hint = (
+                    "A Redis Cluster has one database only: point CACHE_URL at another Redis server "
+                    "(outside the cluster), or accept that clearing the cache empties the queue's "
+                    "keys on that node by adding queue_app.E014 to SILENCED_SYSTEM_CHECKS."
+                )
+            else:
+                hint = (
+                    "Point CACHE_URL at another database or server; unset, it takes the other "
+                    "database of the queue's pair (0 <-> 1, 2 <-> 3, ...)."
+                )
+            errors.append(
+                checks.Error(
+                    f"The cache {alias!r} and the queue (REDIS_URL) use one Redis database ({shared}): "
+                    "cache.clear() empties it, and with it every queue's ready, in-flight and retry ids.",
+                    hint=hint,
+                    obj=f"CACHES[{alias!r}]['LOCATION']",
+                    id="queue_app.E014",
+                )
+            )
+    return errors

@@ -107,6 +107,19 @@ class Job(models.Model):
                 name="idx_jobs_owner_created",
                 condition=models.Q(owner__isnull=False),
             ),
+            # The reconciler's keyset pages over queued jobs, in id order (engine/sql/reconcile.sql):
+            # each page reads its own rows, however many jobs are queued or finished.
+            models.Index(
+                fields=["id"],
+                name="idx_jobs_queued_id",
+                condition=models.Q(status="queued"),
+            ),
+            # Retention (engine/retention.py): one status's finished jobs, oldest first, up to a cutoff.
+            models.Index(
+                fields=["status", "completed_at"],
+                name="idx_jobs_finished_at",
+                condition=models.Q(completed_at__isnull=False),
+            ),
         ]
         constraints = [
             # A key is its owner's (the IETF Idempotency-Key draft scopes keys per client);

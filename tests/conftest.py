@@ -1,9 +1,9 @@
 """Fixtures shared by the suite: Redis for the tests that ask for it, and process helpers.
 
 A test that talks to Redis says so with ``@pytest.mark.redis`` (modules use
-``pytestmark``) or by requesting ``redis_client``; its Redis database is
-emptied before and after it. Every
-other test skips the flush, and afterwards the database must still be empty:
+``pytestmark``) or by requesting ``redis_client``; its Redis database, and the
+cache's, are emptied before and after it. Every
+other test skips the flush, and afterwards both databases must still be empty:
 an unmarked test that wrote to Redis fails, naming itself, instead of leaking
 keys into the next test.
 """
@@ -13,6 +13,7 @@ import subprocess
 import pytest
 import redis
 from django.conf import settings
+from django.core.cache import cache
 
 from queue_app import broker
 from tests.helpers import kill_group
@@ -23,6 +24,12 @@ pytest_plugins = ["queue_app.testing.fixtures"]
 
 def _empty(client: redis.Redis) -> None:
     client.flushdb()
+    cache.clear()
+
+
+def _cache_size() -> int:
+    """Keys in the cache's own database (tests/settings.py keeps it apart from the queue's)."""
+    return cache.client.get_client(write=True).dbsize()
 
 
 @pytest.fixture
@@ -52,7 +59,7 @@ def _redis_only_when_marked(request):
         return  # asked for Redis by name: emptied by the fixture
     try:
         client = broker.get_client()  # a cluster client connects as it is made
-        leaked = client.dbsize()
+        leaked = client.dbsize() + _cache_size()
     except (redis.RedisError, redis.exceptions.RedisClusterException):
         return  # Redis does not answer, so the test could not have written to it
     if leaked:

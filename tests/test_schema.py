@@ -9,7 +9,8 @@ index changed by hand-written SQL fails here.
 
 Also: the job table keeps exactly the original system's index set, plus the indexes
 queries of ours need (the claim's count of a limited queue's running jobs, a user's own jobs,
-newest first, for the API's list, and a unique key's jobs for a unique enqueue's look-up; the
+newest first, for the API's list, a unique key's jobs for a unique enqueue's look-up, the
+reconciler's pages of queued jobs and retention's oldest finished jobs of a status; the
 idempotency key's index is now per owner).
 """
 
@@ -43,6 +44,8 @@ def test_job_table_has_exactly_the_original_indexes():
         "idx_jobs_running_queue",
         "idx_jobs_owner_created",
         "idx_jobs_unique_key",
+        "idx_jobs_queued_id",
+        "idx_jobs_finished_at",
     }
     assert indexes["idx_jobs_running_queue"].endswith(
         "USING btree (queue) WHERE ((status)::text = ANY"
@@ -53,6 +56,10 @@ def test_job_table_has_exactly_the_original_indexes():
     )
     assert indexes["idx_jobs_unique_key"].endswith(
         "USING btree (unique_key, status, created_at) WHERE (unique_key IS NOT NULL)"
+    )
+    assert indexes["idx_jobs_queued_id"].endswith("USING btree (id) WHERE ((status)::text = 'queued'::text)")
+    assert indexes["idx_jobs_finished_at"].endswith(
+        "USING btree (status, completed_at) WHERE (completed_at IS NOT NULL)"
     )
     assert "UNIQUE" in indexes["jobs_pkey"]
     assert indexes["idx_jobs_status"].endswith("USING btree (status)")

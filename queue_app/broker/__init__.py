@@ -27,11 +27,13 @@ client per process, plain or cluster), ``scripts`` (Lua scripts run by their SHA
 reloaded when Redis lost them), ``push`` (just-committed jobs made ready
 without waiting for the answer), ``ready`` (apply intents, pop into flight, acknowledge,
 return expired ids, wait, promote, depths), ``repair`` (the reconciler's look-ups,
-scans and restores). Callers use the names re-exported here: ``broker.apply``,
+scans and restores), ``fifo_prune`` (the reconciler's rebuild of a FIFO list without
+its stale ids). Callers use the names re-exported here: ``broker.apply``,
 ``broker.priority_key``, ...
 """
 
 from queue_app.broker.client import REDIS_ERRORS, connect, get_client, is_cluster, is_cluster_url
+from queue_app.broker.fifo_prune import prune_list
 from queue_app.broker.keys import (
     RECONCILE_KEY_TTL_SECONDS,
     fifo_key,
@@ -40,8 +42,11 @@ from queue_app.broker.keys import (
     priority_key,
     ready_key,
     reconcile_members_key,
+    reconcile_rebuild_key,
+    reconcile_rebuild_lock_key,
     reconcile_restored_key,
     reconcile_staging_key,
+    reconcile_stale_key,
     retry_key,
     wake_key,
 )
@@ -66,7 +71,6 @@ from queue_app.broker.repair import (
     Lookup,
     contains,
     discard_reconcile_keys,
-    prune_list,
     prune_sorted_set,
     release_staged,
     restore,
@@ -117,8 +121,11 @@ __all__ = [
     "ready_member",
     "ready_score",
     "reconcile_members_key",
+    "reconcile_rebuild_key",
+    "reconcile_rebuild_lock_key",
     "reconcile_restored_key",
     "reconcile_staging_key",
+    "reconcile_stale_key",
     "release_staged",
     "reserve",
     "return_expired",

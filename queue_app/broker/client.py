@@ -17,8 +17,7 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisClusterException
 
 from queue_app.conf import redis_url
-
-CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+from queue_app.redis_databases import cluster_nodes, is_cluster_url
 
 # What a Redis call may raise when the store is unreachable or misbehaves. A cluster
 # client that cannot reach any startup node raises RedisClusterException, which is not
@@ -27,10 +26,6 @@ REDIS_ERRORS: tuple[type[BaseException], ...] = (redis.RedisError, RedisClusterE
 
 _client: redis.Redis | RedisCluster | None = None
 _client_key: tuple[int, str] | None = None
-
-
-def is_cluster_url(url: str) -> bool:
-    return urlsplit(url).scheme in CLUSTER_SCHEMES
 
 
 def is_cluster(client: Any) -> bool:
@@ -42,14 +37,7 @@ def connect(url: str, **options: Any) -> redis.Redis | RedisCluster:
     if not is_cluster_url(url):
         return redis.Redis.from_url(url, **options)
     parts = urlsplit(url)
-    nodes = []
-    for address in filter(None, parts.netloc.rpartition("@")[2].split(",")):
-        host, _, port = address.rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"REDIS_URL: cluster node {address!r} must be host:port")
-        nodes.append(ClusterNode(host.strip("[]"), int(port)))
-    if not nodes:
-        raise ValueError("REDIS_URL: a cluster URL names at least one host:port")
+    nodes = [ClusterNode(host, port) for host, port in cluster_nodes(url)]
     if parts.username:
         options.setdefault("username", unquote(parts.username))
     if parts.password:

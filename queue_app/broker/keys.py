@@ -56,3 +56,18 @@ def reconcile_staging_key(queue: str, token: str) -> str:
 def reconcile_restored_key(queue: str, token: str) -> str:
     """A run's list of FIFO ids to restore, in enqueue order, put in front of the queue's list at once."""
     return _queue_key(queue, f"reconcile:{token}:restored")
+
+
+def reconcile_rebuild_key(queue: str, token: str) -> str:
+    """A run's pruned copy of a FIFO list, built chunk by chunk and swapped in for it at the end."""
+    return _queue_key(queue, f"reconcile:{token}:rebuild")
+
+
+def reconcile_rebuild_lock_key(queue: str) -> str:
+    """Held by the one reconciler rebuilding the queue's FIFO list (its run token as value)."""
+    return _queue_key(queue, "reconcile:rebuild-lock")
+
+
+def reconcile_stale_key(queue: str, token: str) -> str:
+    """A run's set of the stale ids found in a FIFO list, which its rebuild drops."""
+    return _queue_key(queue, f"reconcile:{token}:stale")

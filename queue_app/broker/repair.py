@@ -113,34 +113,6 @@ def prune_sorted_set(
     return removed
 
 
-def prune_list(
-    client: redis.Redis,
-    key: str,
-    pick: Callable[[list[str]], Collection[str]],
-    *,
-    chunk: int = 1000,
-    remove: bool = True,
-) -> int:
-    """Walk a list in LRANGE chunks and remove every occurrence of the ids ``pick`` returns."""
-    start = 0
-    removed_total = 0
-    while True:
-        ids = client.lrange(key, start, start + chunk - 1)
-        doomed = list(dict.fromkeys(pick(ids))) if ids else []
-        removed = 0
-        if doomed and remove:
-            pipe = client.pipeline(transaction=False)
-            for job_id in doomed:
-                pipe.lrem(key, 0, job_id)
-            removed = sum(pipe.execute())
-            removed_total += removed
-        if len(ids) < chunk:
-            return removed_total
-        # Removals at or before this chunk shift the rest left; stepping back by all
-        # of them may re-read a few entries but never skips one.
-        start = max(0, start + len(ids) - removed)
-
-
 def restore(client: redis.Redis, intents: Iterable[Intent], *, staging_token: str) -> None:
     """Add-only counterpart of ``apply`` for ids known to be missing (no O(N) LREMs).
 

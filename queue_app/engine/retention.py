@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import QuerySet
 
 from queue_app.models import Job
 from queue_app.observability.logs import get_logger
@@ -41,22 +42,14 @@ def prune_finished_jobs(
     counts = {}
     started = last_report = time.monotonic()
     for status, cutoff in finished_before.items():
-        candidates = Job.objects.filter(status=status, completed_at__lt=cutoff)
-        if queues:
-            candidates = candidates.filter(queue__in=list(queues))
-        if backend is not None:
-            candidates = candidates.filter(backend=backend)
+        candidates = finished_jobs(status, cutoff, queues=queues, backend=backend)
         if dry_run:
             counts[status] = candidates.count()
             continue
         counts[status] = 0
         while True:
             with transaction.atomic():
-                ids = list(
-                    candidates.order_by()
-                    .select_for_update(skip_locked=True)
-                    .values_list("id", flat=True)[:batch_size]
-                )
+                ids = list(oldest_batch(candidates, batch_size))
                 if ids:
                     # Logs and outbox rows go with their job (ORM cascade, same transaction).
                     Job.objects.filter(id__in=ids).delete()
@@ -69,3 +62,26 @@ def prune_finished_jobs(
                 break
     log.info("jobs_pruned", dry_run=dry_run, **counts)
     return counts
+
+
+def finished_jobs(
+    status: str, cutoff: datetime, *, queues: Sequence[str] | None = None, backend: str | None = None
+) -> QuerySet[Job]:
+    """Jobs of a finished ``status`` completed before ``cutoff`` (of ``queues``, ``backend`` if given)."""
+    candidates = Job.objects.filter(status=status, completed_at__lt=cutoff)
+    if queues:
+        candidates = candidates.filter(queue__in=list(queues))
+    if backend is not None:
+        candidates = candidates.filter(backend=backend)
+    return candidates
+
+
+def oldest_batch(candidates: QuerySet[Job], size: int) -> QuerySet:
+    """The ids of the ``size`` oldest ``candidates``, locked; rows locked elsewhere (a retry
+    under way) are skipped. Oldest first: a range of idx_jobs_finished_at, however many
+    jobs finished since."""
+    return (
+        candidates.order_by("completed_at")
+        .select_for_update(skip_locked=True)
+        .values_list("id", flat=True)[:size]
+    )

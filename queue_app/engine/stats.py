@@ -30,7 +30,7 @@ from django.db import connection
 
 from queue_app import broker
 from queue_app.conf import queue_settings
-from queue_app.engine import sql
+from queue_app.engine import selectors, sql
 from queue_app.engine.counts import EXACT_COUNT_LIMIT, estimated_count
 from queue_app.models import Job
 from queue_app.states import Status
@@ -118,7 +118,10 @@ def _oldest_queued(queues: list[tuple[str, bool]], queued_is_large: bool) -> tup
         except broker.REDIS_ERRORS:
             pass  # no Redis: read the queued jobs after all
         else:
-            return _fetch("oldest_due_queued_among", {"ids": heads})[0][0], True
+            # A head that names no job (garbage, or a FIFO list's rebuild marker once the
+            # workers popped every id in front of it) is left out: it cannot be cast to a uuid.
+            ids = [str(pk) for pk in selectors.valid_ids(heads)]
+            return _fetch("oldest_due_queued_among", {"ids": ids})[0][0], True
     return _fetch("oldest_due_queued")[0][0], False
 
 

@@ -32,7 +32,7 @@ class Migration(migrations.Migration):
     atomic = False
 
     dependencies = [
-        ("queue_app", "0016_schedule_definition"),
+        ("queue_app", "0017_periodic_query_indexes"),
     ]
 
     operations = [

@@ -245,8 +245,12 @@ class Reconciler:
                 def pick(ids, queue=queue, structure=structure, expected=expected):
                     return self._stale(ids, queue=queue, structure=structure, expected=expected)
 
-                prune = broker.prune_list if structure == "fifo" else broker.prune_sorted_set
-                prune(client, key, pick, chunk=self.batch_size, remove=not self.dry_run)
+                if structure == "fifo":
+                    # Rebuilt without its stale ids, in chunks: one LREM per id would walk the
+                    # whole list each time (broker/fifo_prune.py).
+                    broker.prune_list(client, queue, pick, chunk=self.batch_size, remove=not self.dry_run)
+                else:
+                    broker.prune_sorted_set(client, key, pick, chunk=self.batch_size, remove=not self.dry_run)
 
     def _stale(self, ids: list[str], *, queue: str, structure: str, expected: bool) -> list[str]:
         """The ids among ``ids`` (found in ``structure`` of ``queue``) that must go."""

@@ -416,15 +416,15 @@ class ApiClient(threading.Thread):
         acked = [s for s in self.submissions.values() if s.acked_ids and not s.spec.far_future]
         if not acked or self.rng.random() >= 0.08:
             return
-        record = self.rng.choice(acked)
+        record, action = self.rng.choice(acked), "cancel"
         if self.rng.random() < 0.5:
             running = self._running(acked)
             if running:
-                record = self.rng.choice(running)
+                record, action = self.rng.choice(running), "cancel(running)"
         job_id = record.acked_ids[0]
         status, _, certain = self.send("POST", f"/api/jobs/{job_id}/cancel/")
         record.actions.append(("cancel", status, certain))
-        self.actions[("cancel", status)] += 1
+        self.actions[(action, status)] += 1
         if status == 200 and self.rng.random() < 0.6:
             status, _, certain = self.send("POST", f"/api/jobs/{job_id}/retry/")
             record.actions.append(("retry", status, certain))

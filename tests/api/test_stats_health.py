@@ -143,6 +143,28 @@ def test_large_counts_are_estimates_and_the_oldest_due_job_comes_from_redis(api,
 
 
 @pytest.mark.django_db
+def test_a_head_in_redis_that_names_no_job_is_left_out_of_the_oldest_due_lookup(
+    api, staff_api, monkeypatch, two_queues
+):
+    """A FIFO list's head may be a value that names no job: garbage, or for a moment the
+    marker of the reconciler's rebuild (broker/fifo_prune.py) once the workers popped every
+    id in front of it."""
+    job, *_ = [submit(api, payload={"n": n}).json()["id"] for n in range(3)]
+    _relay(OutboxMessage.objects.all())
+    Job.objects.filter(id=job).update(enqueued_at=timezone.now() - timedelta(seconds=300))
+    broker.get_client().rpush(broker.fifo_key("bulk"), "reconcile-marker:0123456789abcdef")
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE jobs")
+    monkeypatch.setattr(engine_stats, "EXACT_COUNT_LIMIT", 0)
+
+    response = staff_api.get("/api/stats/")
+
+    assert response.status_code == 200, response.content
+    assert "oldest_queued_age_seconds" in response.json()["estimated"]
+    assert 300 <= response.json()["oldest_queued_age_seconds"] < 360
+
+
+@pytest.mark.django_db
 def test_a_scheduled_job_is_not_counted_as_waiting(api, staff_api):
     submit(api, delay_seconds=600)
 

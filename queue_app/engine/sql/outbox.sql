@@ -77,8 +77,11 @@ UPDATE job_outbox SET dispatch_after = NULL
 LISTEN jobqueue_outbox
 
 -- name: prune_outbox
--- One chunk of dispatched rows older than the retention.
-DELETE FROM job_outbox WHERE id IN (
+-- One chunk of dispatched rows older than the retention, oldest first: a range of
+-- idx_outbox_dispatched_at, then a primary-key probe per row. (With "id IN (subquery)"
+-- the planner joins the chunk to a full scan of the outbox.)
+DELETE FROM job_outbox WHERE id = ANY(ARRAY(
     SELECT id FROM job_outbox
      WHERE dispatched_at < now() - make_interval(secs => %(retention)s)
-     LIMIT %(limit)s)
+     ORDER BY dispatched_at
+     LIMIT %(limit)s))
