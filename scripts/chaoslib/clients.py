@@ -149,6 +149,10 @@ def plan_submissions(seed: int, count: int, *, window: float) -> list[Spec]:
             # Sleeps on when the worker says its lease is gone: a paused worker's stale
             # attempt then reaches its completion, which the fence must reject.
             payload["stubborn"] = True
+        if channel == "api" and rng.random() < 0.06:
+            # An operator storm's target: the API client cancels it once it runs, and retries
+            # it at once (the sequence that ran one job twice at the same time).
+            payload = {"ref": payload["ref"], "sleep": 2.5, "storm": True}
         failing = rng.random()
         if failing < 0.03:
             payload["fail_first"] = 100  # fails every attempt: ends failed
@@ -313,6 +317,8 @@ class ApiClient(threading.Thread):
         self.started = started
         self.stop = stop
         self.actions: Counter = Counter()  # ("cancel", 200) -> count
+        # Acknowledged storm targets not cancelled yet (see plan_submissions).
+        self.storms: list[Submission] = []
         self.http_errors: Counter = Counter()  # connection errors and 5xx, retried
 
     def request(self, method: str, path: str, body: Any = None, headers: dict | None = None):
@@ -381,6 +387,38 @@ class ApiClient(threading.Thread):
                 )
                 self._record(batch, status, data["jobs"] if status in (200, 201) else data)
             self._maybe_cancel()
+            self._storm()
+
+    def _storm(self) -> None:
+        """Cancel each storm target once a worker runs it, then retry it at once."""
+        if not self.storms:
+            return
+        from django.db import connection
+
+        from queue_app.models import Job
+
+        try:
+            ids = [s.acked_ids[0] for s in self.storms]
+            found = {
+                str(pk): status for pk, status in Job.objects.filter(id__in=ids).values_list("id", "status")
+            }
+        except Exception:  # noqa: BLE001 - PostgreSQL may be down (a fault): next time
+            connection.close()
+            return
+        for record in list(self.storms):
+            status = found.get(record.acked_ids[0])
+            if status in ("queued", None):
+                continue
+            self.storms.remove(record)
+            if status != "processing":
+                continue  # it ran and ended between two looks: no storm this time
+            job_id = record.acked_ids[0]
+            for action in ("cancel", "retry"):
+                answer, _, certain = self.send("POST", f"/api/jobs/{job_id}/{action}/")
+                record.actions.append((action, answer, certain))
+                self.actions[(f"{action}(storm)", answer)] += 1
+                if answer != 200:
+                    break
 
     @staticmethod
     def _running(acked: list[Submission]) -> list[Submission]:
@@ -403,6 +441,8 @@ class ApiClient(threading.Thread):
             if status in (200, 201):
                 record.acked_ids.append(data[index]["id"])
                 record.outcome = "acked"
+                if spec.payload.get("storm") and len(record.acked_ids) == 1:
+                    self.storms.append(record)
             elif status is None:
                 record.outcome = "pending"  # stopped while retrying
             else:
