@@ -328,6 +328,10 @@ class HealthView(QueueAPIDefaults, APIView):
     permission_classes = [AllowAny]
     throttle_classes: list = []
 
+    def get_authenticators(self) -> list:
+        # A probe needs no credentials, so a wrong token sent with one is not a failed login.
+        return [LimitedTokenAuthentication(counts_failures=False), SessionAuthentication()]
+
     def perform_authentication(self, request: Request) -> None:
         # Credentials only decide how much is shown: neither bad ones nor a store that
         # cannot check them turns a probe away (the checks below report the store).

@@ -103,3 +103,25 @@ def test_a_window_ending_while_a_failure_is_counted_is_still_a_401(settings, mon
     assert response.status_code == 401
     assert cache.get(KEY_PREFIX + "127.0.0.1") == 2
     assert 0 < cache.ttl(KEY_PREFIX + "127.0.0.1") <= 60
+
+
+@pytest.mark.django_db(transaction=True)
+def test_wrong_tokens_sent_to_health_lock_nobody_out():
+    """A load balancer or anyone else may probe /api/health/ with whatever header it carries:
+    health needs no authentication, so a wrong token there is not a failed login, and the
+    address's real token still works on the rest of the API."""
+    token = Token.objects.create(user=make_user("eve"))
+    result = run_in_child(
+        """
+        import os
+        wrong = {client.get("/api/health/", HTTP_AUTHORIZATION="Token " + "0" * 40).status_code
+                 for _ in range(10)}
+        right = client.get("/api/jobs/", HTTP_AUTHORIZATION="Token " + os.environ["TEST_TOKEN"])
+        print(json.dumps({"wrong": sorted(wrong), "right": right.status_code}))
+        """,
+        DATABASE_URL=database_url(),
+        AUTH_FAILURE_RATE="3/minute",
+        TEST_TOKEN=token.key,
+    )
+    assert result == {"wrong": [200], "right": 200}
+    assert cache.get(KEY_PREFIX + "127.0.0.1") is None
