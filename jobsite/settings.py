@@ -82,7 +82,7 @@ CSRF_TRUSTED_ORIGINS = _env_list("CSRF_TRUSTED_ORIGINS", "")
 INSTALLED_APPS = [
     # Before the admin: its admin/index.html adds the dashboard link to the admin index.
     "queue_app",
-    "django.contrib.admin",
+    "jobsite.apps.GuardedAdminConfig",  # django.contrib.admin, every list guarded
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
