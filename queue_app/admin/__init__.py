@@ -1,7 +1,8 @@
 """The admin: the queryable history of jobs, their log trails and the outbox.
 
 Read-mostly: no form writes job state. The actions (cancel, retry,
-re-enqueue) call the same services as the API, one job at a time, on at most
+re-enqueue) call the same services as the API (cancel and retry in set-based
+statements for the whole selection, re-enqueue one job at a time), on at most
 ``JobAdmin.action_limit`` jobs per request, and say how many jobs changed and
 how many were skipped. Every list stays fast at a
 million jobs: counts stop early (see pagination.py), filter choices come from
@@ -392,34 +393,58 @@ class JobAdmin(HistoryAdmin):
             job.last_error_traceback,
         )
 
-    # --- actions: each job through its service, one transaction per job ---------------
+    # --- actions: cancel and retry set-based, re-enqueue one job at a time ----------------
 
     @admin.action(description="Cancel selected jobs", permissions=["change"])
     def cancel_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         reason = f"cancelled in the admin by {request.user.get_username()}"
-        service = partial(services.cancel_job, reason=reason)
-        self._apply(request, queryset, service, "cancel", "Cancelled", TRANSITION_TABLE["cancel"].sources)
+        change = partial(self._on_the_set, services.cancel_jobs, "cancel", reason)
+        self._apply(request, queryset, change, "cancel", "Cancelled", TRANSITION_TABLE["cancel"].sources)
 
     @admin.action(description="Retry selected jobs (failed or cancelled)", permissions=["change"])
     def retry_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         reason = f"retried in the admin by {request.user.get_username()}"
-        service = partial(services.retry_job, reason=reason)
-        self._apply(request, queryset, service, "retry", "Retried", TRANSITION_TABLE["retry"].sources)
+        change = partial(self._on_the_set, services.retry_jobs, "retry", reason)
+        self._apply(request, queryset, change, "retry", "Retried", TRANSITION_TABLE["retry"].sources)
 
     @admin.action(description="Re-enqueue selected jobs in Redis (queued only)", permissions=["change"])
     def reenqueue_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        self._apply(request, queryset, services.reenqueue_job, "re-enqueue", "Re-enqueued", {Status.QUEUED})
+        change = partial(self._one_by_one, services.reenqueue_job)
+        self._apply(request, queryset, change, "re-enqueue", "Re-enqueued", {Status.QUEUED})
+
+    @staticmethod
+    def _on_the_set(
+        service: Callable[..., services.ActionCounts], action: str, reason: str, ids: list[uuid.UUID]
+    ) -> tuple[int, Counter]:
+        """All of ``ids`` through ``service`` at once, in set-based statements."""
+        changed = service(ids, reason=reason).changed
+        # Counted as eligible a moment ago: another request changed them since.
+        return changed, Counter({f"cannot {action} a job whose status changed meanwhile": len(ids) - changed})
+
+    @staticmethod
+    def _one_by_one(service: Callable[[uuid.UUID], Job], ids: list[uuid.UUID]) -> tuple[int, Counter]:
+        """Each of ``ids`` through ``service``, one transaction per job."""
+        changed, skipped = 0, Counter()
+        for job_id in ids:
+            try:
+                service(job_id)
+            except (TransitionNotAllowed, JobNotFound) as exc:
+                skipped[exc.message] += 1
+            else:
+                changed += 1
+        return changed, skipped
 
     def _apply(
         self,
         request: HttpRequest,
         queryset: QuerySet[Job],
-        service: Callable[[uuid.UUID], Job],
+        change: Callable[[list[uuid.UUID]], tuple[int, Counter]],
         action: str,
         verb: str,
         sources: Collection[str],
     ) -> None:
-        """Run ``service`` on each selected job in one of the ``sources`` statuses.
+        """``change`` the selected jobs in one of the ``sources`` statuses; it returns how many
+        changed and why the others were skipped.
 
         The rest are counted by status in one query, not tried one by one. More jobs than
         ``action_limit`` change none. A job whose state changed meanwhile is skipped too.
@@ -442,15 +467,10 @@ class JobAdmin(HistoryAdmin):
                 if status not in sources
             }
         )
-        changed = 0
         ids = queryset.filter(status__in=sources).order_by().values_list("id", flat=True)
-        for job_id in ids[: self.action_limit]:
-            try:
-                service(job_id)
-            except (TransitionNotAllowed, JobNotFound) as exc:
-                skipped[exc.message] += 1
-            else:
-                changed += 1
+        changed, also_skipped = change(list(ids[: self.action_limit]))
+        skipped.update(also_skipped)
+        skipped = +skipped  # without reasons that skipped none
         noun = "job" if changed == 1 else "jobs"
         level = messages.SUCCESS if changed else messages.INFO
         self.message_user(request, f"{verb} {changed} {noun}.", level)

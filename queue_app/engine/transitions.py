@@ -1,12 +1,15 @@
-"""Applying a transition from ``states.TRANSITION_TABLE`` to one job.
+"""Applying a transition from ``states.TRANSITION_TABLE`` to one job, or to a set of jobs.
 
 The table says which statuses a transition leaves and enters, which event
 and level its log row has, and whether Redis must change (an outbox row).
 ``apply_transition`` runs the transition's conditional UPDATE (the statement
 of the same name in ``sql/transitions.sql``) and writes the log row and the
-outbox row from the table, in one transaction. The set-based statements (the
-batched claim and completion, the lease rescue) bind the same table's
-statuses and events, and share ``record_transitions`` for what follows.
+outbox row from the table, in one transaction. ``apply_transition_to_jobs``
+does the same for a set of jobs (the transitions users ask for: cancel,
+retry), with one UPDATE and one insert of the log rows and of the outbox rows
+for the whole set. The other set-based statements (the batched claim and
+completion, the lease rescue) bind the same table's statuses and events, and
+share ``record_transitions`` for what follows.
 """
 
 from __future__ import annotations
@@ -62,7 +65,14 @@ def apply_transition(
     row = transition(name)
     if row.fenced and fence is None:
         raise ValueError(f"transition {name!r} is fenced: pass the fence")
-    values = {"id": str(job_id), "sources": sorted(row.sources), "target": row.target, "fence": fence}
+    # A running job's transition names one attempt (id and fence); the others take a set of ids.
+    values = {
+        "id": str(job_id),
+        "ids": [str(job_id)],
+        "sources": sorted(row.sources),
+        "target": row.target,
+        "fence": fence,
+    }
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute(sql.query(name), {**values, **params})
@@ -72,6 +82,29 @@ def apply_transition(
         job = TransitionedJob(str(found[0]), *found[1:])
         record_transitions(row, [job], message=message, fence=fence)
     return job
+
+
+def apply_transition_to_jobs(name: str, job_ids: Sequence, *, message: str = "") -> list[TransitionedJob]:
+    """Apply unfenced transition ``name`` to those of ``job_ids`` in one of its source statuses.
+
+    One conditional UPDATE for the set, then one insert of their log rows and one of
+    their outbox rows, in one transaction: the statements do not grow in number with
+    the set. Returns the jobs it moved; the others are left as they are.
+    """
+    row = transition(name)
+    if row.fenced:
+        raise ValueError(f"transition {name!r} is fenced: apply it to one attempt with apply_transition")
+    values = {
+        "ids": [str(job_id) for job_id in job_ids],
+        "sources": sorted(row.sources),
+        "target": row.target,
+    }
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(sql.query(name), values)
+            jobs = [TransitionedJob(str(found[0]), *found[1:]) for found in cursor.fetchall()]
+        record_transitions(row, jobs, message=message)
+    return jobs
 
 
 def record_transitions(

@@ -1,8 +1,10 @@
--- One job's transitions, each named like its row in states.TRANSITION_TABLE
--- and run by engine.transitions.apply_transition, which binds the table's
--- %(sources)s and %(target)s. Each is one conditional UPDATE: no row back
--- means the job was not in a source status (or, for a running job, the
--- attempt's fence no longer holds it) and nothing changed. Every statement returns
+-- The transitions, each named like its row in states.TRANSITION_TABLE and run
+-- by engine.transitions, which binds the table's %(sources)s and %(target)s.
+-- Each is one conditional UPDATE: no row back means the job was not in a
+-- source status (or, for a running job, the attempt's fence no longer holds it)
+-- and nothing changed. A running job's (fenced) transition changes one job,
+-- %(id)s at %(fence)s; a transition users ask for (cancel, retry) changes the set
+-- %(ids)s, one job or a batch (apply_transition_to_jobs). Every statement returns
 -- the same columns, what the log row and the outbox row need.
 
 -- name: schedule_retry
@@ -37,7 +39,7 @@ RETURNING id, status, attempts + 1, queue, priority_value, enqueued_at, next_ret
 -- name: cancel
 UPDATE jobs SET status = %(target)s, completed_at = now(), worker_id = '',
        lease_expires_at = NULL, next_retry_at = NULL
- WHERE id = %(id)s AND status = ANY(%(sources)s)
+ WHERE id = ANY(%(ids)s::uuid[]) AND status = ANY(%(sources)s)
 RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_at
 
 -- name: retry
@@ -45,5 +47,5 @@ RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_a
 UPDATE jobs SET status = %(target)s, max_attempts = GREATEST(max_attempts, attempts + 1),
        next_retry_at = NULL, enqueued_at = now(), completed_at = NULL,
        result = NULL, worker_id = '', lease_expires_at = NULL
- WHERE id = %(id)s AND status = ANY(%(sources)s)
+ WHERE id = ANY(%(ids)s::uuid[]) AND status = ANY(%(sources)s)
 RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_at
