@@ -290,6 +290,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # A job's status, in every component that shows a job (a job, a retried job).
+    "ENUM_NAME_OVERRIDES": {"JobStatusEnum": "queue_app.states.Status"},
 }
 
 # django.tasks: @task functions run as durable jobs (queue_app/tasks_backend.py).

@@ -415,14 +415,26 @@ class JobAdmin(HistoryAdmin):
     @staticmethod
     def _on_the_set(
         service: Callable[..., services.ActionCounts], action: str, reason: str, ids: list[uuid.UUID]
-    ) -> tuple[int, Counter]:
+    ) -> tuple[int, Counter, list[str]]:
         """All of ``ids`` through ``service`` at once, in set-based statements."""
-        changed = service(ids, reason=reason).changed
+        counts = service(ids, reason=reason)
         # Counted as eligible a moment ago: another request changed them since.
-        return changed, Counter({f"cannot {action} a job whose status changed meanwhile": len(ids) - changed})
+        meanwhile = f"cannot {action} a job whose status changed meanwhile"
+        skipped = Counter({meanwhile: len(ids) - counts.changed})
+        notes = []
+        if counts.max_attempts_raised:
+            notes.append(
+                f"Max attempts raised for {counts.max_attempts_raised} of them: they had used every"
+                " attempt, so max_attempts rose to one more than their attempts to allow this run."
+                " Attempts are never reset (they fence stale workers); each job's log records its"
+                " max_attempts before and after."
+            )
+        return counts.changed, skipped, notes
 
     @staticmethod
-    def _one_by_one(service: Callable[[uuid.UUID], Job], ids: list[uuid.UUID]) -> tuple[int, Counter]:
+    def _one_by_one(
+        service: Callable[[uuid.UUID], Job], ids: list[uuid.UUID]
+    ) -> tuple[int, Counter, list[str]]:
         """Each of ``ids`` through ``service``, one transaction per job."""
         changed, skipped = 0, Counter()
         for job_id in ids:
@@ -432,19 +444,19 @@ class JobAdmin(HistoryAdmin):
                 skipped[exc.message] += 1
             else:
                 changed += 1
-        return changed, skipped
+        return changed, skipped, []
 
     def _apply(
         self,
         request: HttpRequest,
         queryset: QuerySet[Job],
-        change: Callable[[list[uuid.UUID]], tuple[int, Counter]],
+        change: Callable[[list[uuid.UUID]], tuple[int, Counter, list[str]]],
         action: str,
         verb: str,
         sources: Collection[str],
     ) -> None:
         """``change`` the selected jobs in one of the ``sources`` statuses; it returns how many
-        changed and why the others were skipped.
+        changed, why the others were skipped, and notes about the changed ones.
 
         The rest are counted by status in one query, not tried one by one. More jobs than
         ``action_limit`` change none. A job whose state changed meanwhile is skipped too.
@@ -468,12 +480,14 @@ class JobAdmin(HistoryAdmin):
             }
         )
         ids = queryset.filter(status__in=sources).order_by().values_list("id", flat=True)
-        changed, also_skipped = change(list(ids[: self.action_limit]))
+        changed, also_skipped, notes = change(list(ids[: self.action_limit]))
         skipped.update(also_skipped)
         skipped = +skipped  # without reasons that skipped none
         noun = "job" if changed == 1 else "jobs"
         level = messages.SUCCESS if changed else messages.INFO
         self.message_user(request, f"{verb} {changed} {noun}.", level)
+        for note in notes:
+            self.message_user(request, note, messages.INFO)
         if skipped:
             reasons = "; ".join(f"{message} ({count})" for message, count in skipped.most_common())
             total = sum(skipped.values())

@@ -38,9 +38,11 @@ RETRY_TRANSITIONS = ("retry",)
 @dataclass(frozen=True)
 class ActionCounts:
     """What an action on a selection did: how many jobs it changed (the rest were in a status
-    the action does not apply to, or are gone)."""
+    the action does not apply to, or are gone), and of those, how many a retry let run once
+    more by raising their max_attempts (they had used every attempt)."""
 
     changed: int
+    max_attempts_raised: int = 0
 
 
 def _job_id(job_id):
@@ -78,7 +80,8 @@ def retry_job(job_id, *, reason: str = "retried by request") -> Job:
     """Queue a failed or cancelled job again, with one more attempt allowed.
 
     Attempts are never reset (they fence stale workers); instead max_attempts
-    rises to at least attempts + 1. Raises TransitionNotAllowed otherwise.
+    rises to at least attempts + 1, and the log row records it before and after
+    (``max_attempts_before``, ``max_attempts``). Raises TransitionNotAllowed otherwise.
     """
     job_id = _job_id(job_id)
     with transaction.atomic():
@@ -101,14 +104,23 @@ def retry_jobs(job_ids: Iterable, *, reason: str = "retried by request") -> Acti
 def _apply_to_selection(names: tuple[str, ...], job_ids: Iterable, reason: str, event: str) -> ActionCounts:
     # Values that cannot name a job name none: they are left out, as ids of no job are.
     ids = list(dict.fromkeys(parsed for parsed in map(parse_job_id, job_ids) if parsed is not None))
-    changed = 0
+    changed, raised = 0, 0
     for start in range(0, len(ids), ACTION_BATCH_SIZE):
         batch = ids[start : start + ACTION_BATCH_SIZE]
         with transaction.atomic():
             for name in names:
-                changed += len(apply_transition_to_jobs(name, batch, message=reason))
-    log.info(event, jobs=changed, selected=len(ids))
-    return ActionCounts(changed=changed)
+                jobs = apply_transition_to_jobs(name, batch, message=reason)
+                changed += len(jobs)
+                raised += sum(1 for job in jobs if raised_max_attempts(job.log_extra))
+    log.info(event, jobs=changed, selected=len(ids), max_attempts_raised=raised)
+    return ActionCounts(changed=changed, max_attempts_raised=raised)
+
+
+def raised_max_attempts(log_extra: dict) -> bool:
+    """Whether a retry's log extra says it raised max_attempts (the job had used every attempt)."""
+    return log_extra.get("max_attempts", 0) > log_extra.get(
+        "max_attempts_before", log_extra.get("max_attempts", 0)
+    )
 
 
 def reenqueue_job(job_id) -> Job:

@@ -14,8 +14,9 @@ share ``record_transitions`` for what follows.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import connection, transaction
@@ -38,6 +39,17 @@ class TransitionedJob:
     priority_value: int
     enqueued_at: datetime
     next_retry_at: datetime | None
+    # Facts of this transition its log row records besides the table's (a retry's max_attempts).
+    log_extra: dict = field(default_factory=dict)
+
+
+def transitioned(found: Sequence) -> TransitionedJob:
+    """A transition statement's row: the seven columns each returns, then an optional JSON
+    object for the log row's extra (Django's cursors read jsonb as text)."""
+    log_extra = found[7] if len(found) > 7 else None
+    if isinstance(log_extra, str):
+        log_extra = json.loads(log_extra)
+    return TransitionedJob(str(found[0]), *found[1:7], log_extra=log_extra or {})
 
 
 def transition(name: str) -> Transition:
@@ -79,7 +91,7 @@ def apply_transition(
             found = cursor.fetchone()
         if found is None:
             return None
-        job = TransitionedJob(str(found[0]), *found[1:])
+        job = transitioned(found)
         record_transitions(row, [job], message=message, fence=fence)
     return job
 
@@ -102,7 +114,7 @@ def apply_transition_to_jobs(name: str, job_ids: Sequence, *, message: str = "")
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute(sql.query(name), values)
-            jobs = [TransitionedJob(str(found[0]), *found[1:]) for found in cursor.fetchall()]
+            jobs = [transitioned(found) for found in cursor.fetchall()]
         record_transitions(row, jobs, message=message)
     return jobs
 
@@ -117,7 +129,7 @@ def record_transitions(
     """
     logs, outbox = [], []
     for job in jobs:
-        extra: dict[str, object] = {}
+        extra: dict[str, object] = dict(job.log_extra)
         if row.fenced:
             extra["attempt"] = job.attempts
             if fence is not None:

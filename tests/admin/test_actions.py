@@ -208,7 +208,7 @@ def test_a_selection_of_the_documented_1000_jobs_is_retried(admin_user):
         admin_user, {"action": "retry_selected", "_selected_action": [str(job.id) for job in jobs]}
     )
     assert response.status_code == 200
-    assert [str(message) for message in response.context["messages"]] == ["Retried 1000 jobs."]
+    assert [str(message) for message in response.context["messages"]][0] == "Retried 1000 jobs."
     ids = [job.id for job in jobs]
     assert Job.objects.filter(id__in=ids, status="queued").count() == 1000
     assert JobLog.objects.filter(job_id__in=ids, event="retried").count() == 1000
@@ -236,3 +236,19 @@ def test_a_post_elsewhere_keeps_djangos_field_limit(admin_client, settings):
         content_type="application/x-www-form-urlencoded",
     )
     assert response.status_code == 400
+
+
+def test_a_retry_that_raises_max_attempts_says_so(admin_client):
+    """A job that used every attempt runs again only because its max_attempts rises (attempts
+    are never reset): the message says for how many jobs, and each job's log row records it."""
+    used_up = _failed_jobs(2)
+    with_attempts_left = make_job("cancelled")
+    messages = run_action(admin_client, "retry_selected", [*used_up, with_attempts_left])
+    assert messages == [
+        "Retried 3 jobs.",
+        "Max attempts raised for 2 of them: they had used every attempt, so max_attempts rose to one"
+        " more than their attempts to allow this run. Attempts are never reset (they fence stale"
+        " workers); each job's log records its max_attempts before and after.",
+    ]
+    extra = JobLog.objects.get(job_id=used_up[0].id, event="retried").extra
+    assert extra == {"max_attempts_before": 1, "max_attempts": 2}

@@ -89,7 +89,7 @@ def test_a_selection_changes_every_job_it_applies_to_in_the_same_statements_for_
         queries[size] = len(captured)
 
         moved = [job for job in jobs if _transition_from(name, job.status)]
-        assert moved and counts == ActionCounts(changed=len(moved))
+        assert moved and counts.changed == len(moved)
         after = Job.objects.in_bulk([job.id for job in jobs])
         for job in jobs:
             row = _transition_from(name, job.status)
@@ -115,6 +115,31 @@ def test_a_retried_selection_may_run_once_more_and_is_queued_now():
     for job in Job.objects.filter(id__in=[job.id for job in jobs]):
         assert (job.status, job.attempts, job.max_attempts) == ("queued", 1, 2)
         assert job.completed_at is None and job.next_retry_at is None and job.result is None
+
+
+def test_a_retry_that_raises_max_attempts_says_so_in_its_log_row_and_its_counts():
+    """Attempts are never reset (they fence stale workers): a job that used every attempt
+    runs once more because its max_attempts rises, and that is recorded, not silent."""
+    used_up = _seed([Status.FAILED], 2)  # attempt 1 of 1
+    with_attempts_left = Job.objects.create(
+        type="demo.echo", status=Status.CANCELLED, attempts=1, fence=1, max_attempts=5
+    )
+    counts = services.retry_jobs([*(job.id for job in used_up), with_attempts_left.id])
+    assert counts == ActionCounts(changed=3, max_attempts_raised=2)
+    for job in used_up:
+        extra = JobLog.objects.get(job_id=job.id, event="retried").extra
+        assert extra == {"max_attempts_before": 1, "max_attempts": 2}
+    extra = JobLog.objects.get(job_id=with_attempts_left.id, event="retried").extra
+    assert extra == {"max_attempts_before": 5, "max_attempts": 5}
+    assert Job.objects.get(id=with_attempts_left.id).max_attempts == 5
+
+
+def test_retry_job_records_max_attempts_before_and_after():
+    [job] = _seed([Status.FAILED], 1)
+    retried = retry_job(job.id)
+    assert (retried.attempts, retried.max_attempts) == (1, 2)
+    entry = JobLog.objects.get(job_id=job.id, event="retried")
+    assert entry.extra == {"max_attempts_before": 1, "max_attempts": 2}
 
 
 def test_a_selection_larger_than_a_batch_runs_in_batches(monkeypatch):

@@ -5,7 +5,8 @@
 -- and nothing changed. A running job's (fenced) transition changes one job,
 -- %(id)s at %(fence)s; a transition users ask for (cancel, retry) changes the set
 -- %(ids)s, one job or a batch (apply_transition_to_jobs). Every statement returns
--- the same columns, what the log row and the outbox row need.
+-- the same columns, what the log row and the outbox row need, and may add an
+-- eighth: a JSON object of facts its log row's extra records.
 
 -- name: schedule_retry
 -- A failed attempt with attempts left: queued again after a backoff.
@@ -43,9 +44,16 @@ UPDATE jobs SET status = %(target)s, completed_at = now(), worker_id = '',
 RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_at
 
 -- name: retry
--- Attempts are never reset (they fence stale workers): max_attempts rises instead.
-UPDATE jobs SET status = %(target)s, max_attempts = GREATEST(max_attempts, attempts + 1),
+-- Attempts are never reset (they fence stale workers): max_attempts rises instead,
+-- to one more than the attempts made, and the log row records it before and after.
+-- "before" locks the rows first, so it reads the value this UPDATE replaces.
+UPDATE jobs SET status = %(target)s, max_attempts = GREATEST(jobs.max_attempts, jobs.attempts + 1),
        next_retry_at = NULL, enqueued_at = now(), completed_at = NULL,
        result = NULL, worker_id = '', lease_expires_at = NULL
- WHERE id = ANY(%(ids)s::uuid[]) AND status = ANY(%(sources)s)
-RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_at
+  FROM (SELECT id, max_attempts FROM jobs
+         WHERE id = ANY(%(ids)s::uuid[]) AND status = ANY(%(sources)s)
+           FOR UPDATE) AS before
+ WHERE jobs.id = before.id AND jobs.status = ANY(%(sources)s)
+RETURNING jobs.id, jobs.status, jobs.attempts, jobs.queue, jobs.priority_value, jobs.enqueued_at,
+          jobs.next_retry_at,
+          jsonb_build_object('max_attempts_before', before.max_attempts, 'max_attempts', jobs.max_attempts)
