@@ -213,6 +213,11 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # Django's ModelBackend, refusing every login of a client with too many recent
 # failures (queue_app/api/auth_failures.py).
 AUTHENTICATION_BACKENDS = ["queue_app.api.auth_failures.LimitedModelBackend"]
+# The project's login pages are the admin's and the API's (/api/auth/login/, for the Swagger UI
+# and the browsable API); Django's defaults, /accounts/login/ and /accounts/profile/, are not
+# served. A login without ``next`` lands on the API's docs, a page for any user.
+LOGIN_URL = "rest_framework:login"
+LOGIN_REDIRECT_URL = "docs"
 # Failed logins and failed token checks allowed per client address, in DRF's rate form
 # (count/period); empty turns the limit off.
 AUTH_FAILURE_RATE = os.environ.get("AUTH_FAILURE_RATE", "20/hour")
