@@ -84,7 +84,7 @@ CSRF_TRUSTED_ORIGINS = _env_list("CSRF_TRUSTED_ORIGINS", "")
 INSTALLED_APPS = [
     # Before the admin: its admin/index.html adds the dashboard link to the admin index.
     "queue_app",
-    "django.contrib.admin",
+    "jobsite.apps.GuardedAdminConfig",  # django.contrib.admin, every list guarded
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -103,6 +103,8 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
+    # Reads an admin action's selection of up to 1,000 jobs, before the CSRF check reads the form.
+    "queue_app.admin.selections.JobSelectionMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -217,6 +219,11 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # Django's ModelBackend, refusing every login of a client with too many recent
 # failures (queue_app/api/auth_failures.py).
 AUTHENTICATION_BACKENDS = ["queue_app.api.auth_failures.LimitedModelBackend"]
+# The project's login pages are the admin's and the API's (/api/auth/login/, for the Swagger UI
+# and the browsable API); Django's defaults, /accounts/login/ and /accounts/profile/, are not
+# served. A login without ``next`` lands on the API's docs, a page for any user.
+LOGIN_URL = "rest_framework:login"
+LOGIN_REDIRECT_URL = "docs"
 # Failed logins and failed token checks allowed per client address, in DRF's rate form
 # (count/period); empty turns the limit off.
 AUTH_FAILURE_RATE = os.environ.get("AUTH_FAILURE_RATE", "20/hour")
@@ -294,6 +301,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # A job's status, in every component that shows a job (a job, a retried job).
+    "ENUM_NAME_OVERRIDES": {"JobStatusEnum": "queue_app.states.Status"},
 }
 
 # django.tasks: @task functions run as durable jobs (queue_app/tasks_backend.py).

@@ -1,6 +1,7 @@
 """The public Python API: what application code imports.
 
     from queue_app.services import enqueue_job, cancel_job, retry_job, job_handler
+    from queue_app.services import cancel_jobs, retry_jobs  # a selection, set-based
     from queue_app.services import pause_queue, resume_queue, set_queue_limits
 
 Everything here joins the caller's transaction: a job enqueued inside
@@ -9,7 +10,14 @@ The engine's internals (claims, completions, leases) live in
 ``queue_app.engine`` and are not part of this API.
 """
 
-from queue_app.engine.actions import cancel_job, reenqueue_job, retry_job
+from queue_app.engine.actions import (
+    ActionCounts,
+    cancel_job,
+    cancel_jobs,
+    reenqueue_job,
+    retry_job,
+    retry_jobs,
+)
 from queue_app.engine.controls import (
     QueueControls,
     pause_queue,
@@ -42,6 +50,7 @@ from queue_app.handlers import current_job, job_handler
 from queue_app.schedules import periodic
 
 __all__ = [
+    "ActionCounts",
     "LATEST_RUN_AT",
     "MAX_ATTEMPTS_LIMIT",
     "IdempotencyConflict",
@@ -57,6 +66,7 @@ __all__ = [
     "UnknownJobType",
     "UnknownQueue",
     "cancel_job",
+    "cancel_jobs",
     "check_run_at",
     "current_job",
     "enqueue_job",
@@ -68,6 +78,7 @@ __all__ = [
     "reenqueue_job",
     "resume_queue",
     "retry_job",
+    "retry_jobs",
     "set_queue_limits",
     "validate_jobs",
 ]

@@ -1,7 +1,8 @@
 """The admin: the queryable history of jobs, their log trails and the outbox.
 
 Read-mostly: no form writes job state. The actions (cancel, retry,
-re-enqueue) call the same services as the API, one job at a time, on at most
+re-enqueue) call the same services as the API (cancel and retry in set-based
+statements for the whole selection, re-enqueue one job at a time), on at most
 ``JobAdmin.action_limit`` jobs per request, and say how many jobs changed and
 how many were skipped. Every list stays fast at a
 million jobs: counts stop early (see pagination.py), filter choices come from
@@ -34,6 +35,7 @@ from queue_app.admin.changelist import DeclaredLookupsOnly
 from queue_app.admin.pagination import EstimatedCountPaginator
 from queue_app.admin.search import job_search_filter, log_search_filter, search_words
 from queue_app.conf import queue_settings
+from queue_app.engine.actions import CANCEL_TRANSITIONS, RETRY_TRANSITIONS
 from queue_app.exceptions import JobNotFound, TransitionNotAllowed
 from queue_app.handlers import registered_types
 from queue_app.models import Job, JobLog, OutboxMessage, task_path_expression
@@ -41,6 +43,10 @@ from queue_app.states import RUNNING, TASK_JOB_TYPE, TRANSITION_TABLE, Status
 from queue_app.tasks_backend import known_task_paths
 
 EXCERPT_LENGTH = 80
+# The statuses the admin's cancel and retry act on: a running job's cancel is asked, a
+# cancelling job's retry waits for the confirmation (engine.actions).
+CANCEL_SOURCES = frozenset().union(*(TRANSITION_TABLE[name].sources for name in CANCEL_TRANSITIONS))
+RETRY_SOURCES = frozenset().union(*(TRANSITION_TABLE[name].sources for name in RETRY_TRANSITIONS))
 DASHBOARD_REFRESH_SECONDS = 10
 
 # Where an action's message sends the operator for more jobs than one action changes.
@@ -392,38 +398,70 @@ class JobAdmin(HistoryAdmin):
             job.last_error_traceback,
         )
 
-    # --- actions: each job through its service, one transaction per job ---------------
+    # --- actions: cancel and retry set-based, re-enqueue one job at a time ----------------
 
     @admin.action(description="Cancel selected jobs", permissions=["change"])
     def cancel_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         reason = f"cancelled in the admin by {request.user.get_username()}"
-        service = partial(services.cancel_job, reason=reason)
-        # A running job is asked to cancel (cancelling until its worker confirms).
-        sources = TRANSITION_TABLE["cancel"].sources | TRANSITION_TABLE["request_cancel"].sources
-        self._apply(request, queryset, service, "cancel", "Cancelled", sources)
+        change = partial(self._on_the_set, services.cancel_jobs, "cancel", reason)
+        self._apply(request, queryset, change, "cancel", "Cancelled", CANCEL_SOURCES)
 
     @admin.action(description="Retry selected jobs (failed or cancelled)", permissions=["change"])
     def retry_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         reason = f"retried in the admin by {request.user.get_username()}"
-        service = partial(services.retry_job, reason=reason)
-        # A cancelling job is queued once its cancel is confirmed.
-        sources = TRANSITION_TABLE["retry"].sources | TRANSITION_TABLE["request_retry"].sources
-        self._apply(request, queryset, service, "retry", "Retried", sources)
+        change = partial(self._on_the_set, services.retry_jobs, "retry", reason)
+        self._apply(request, queryset, change, "retry", "Retried", RETRY_SOURCES)
 
     @admin.action(description="Re-enqueue selected jobs in Redis (queued only)", permissions=["change"])
     def reenqueue_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        self._apply(request, queryset, services.reenqueue_job, "re-enqueue", "Re-enqueued", {Status.QUEUED})
+        change = partial(self._one_by_one, services.reenqueue_job)
+        self._apply(request, queryset, change, "re-enqueue", "Re-enqueued", {Status.QUEUED})
+
+    @staticmethod
+    def _on_the_set(
+        service: Callable[..., services.ActionCounts], action: str, reason: str, ids: list[uuid.UUID]
+    ) -> tuple[int, Counter, list[str]]:
+        """All of ``ids`` through ``service`` at once, in set-based statements."""
+        counts = service(ids, reason=reason)
+        # Counted as eligible a moment ago: another request changed them since.
+        meanwhile = f"cannot {action} a job whose status changed meanwhile"
+        skipped = Counter({meanwhile: len(ids) - counts.changed})
+        notes = []
+        if counts.max_attempts_raised:
+            notes.append(
+                f"Max attempts raised for {counts.max_attempts_raised} of them: they had used every"
+                " attempt, so max_attempts rose to one more than their attempts to allow this run."
+                " Attempts are never reset (they fence stale workers); each job's log records its"
+                " max_attempts before and after."
+            )
+        return counts.changed, skipped, notes
+
+    @staticmethod
+    def _one_by_one(
+        service: Callable[[uuid.UUID], Job], ids: list[uuid.UUID]
+    ) -> tuple[int, Counter, list[str]]:
+        """Each of ``ids`` through ``service``, one transaction per job."""
+        changed, skipped = 0, Counter()
+        for job_id in ids:
+            try:
+                service(job_id)
+            except (TransitionNotAllowed, JobNotFound) as exc:
+                skipped[exc.message] += 1
+            else:
+                changed += 1
+        return changed, skipped, []
 
     def _apply(
         self,
         request: HttpRequest,
         queryset: QuerySet[Job],
-        service: Callable[[uuid.UUID], Job],
+        change: Callable[[list[uuid.UUID]], tuple[int, Counter, list[str]]],
         action: str,
         verb: str,
         sources: Collection[str],
     ) -> None:
-        """Run ``service`` on each selected job in one of the ``sources`` statuses.
+        """``change`` the selected jobs in one of the ``sources`` statuses; it returns how many
+        changed, why the others were skipped, and notes about the changed ones.
 
         The rest are counted by status in one query, not tried one by one. More jobs than
         ``action_limit`` change none. A job whose state changed meanwhile is skipped too.
@@ -446,18 +484,15 @@ class JobAdmin(HistoryAdmin):
                 if status not in sources
             }
         )
-        changed = 0
         ids = queryset.filter(status__in=sources).order_by().values_list("id", flat=True)
-        for job_id in ids[: self.action_limit]:
-            try:
-                service(job_id)
-            except (TransitionNotAllowed, JobNotFound) as exc:
-                skipped[exc.message] += 1
-            else:
-                changed += 1
+        changed, also_skipped, notes = change(list(ids[: self.action_limit]))
+        skipped.update(also_skipped)
+        skipped = +skipped  # without reasons that skipped none
         noun = "job" if changed == 1 else "jobs"
         level = messages.SUCCESS if changed else messages.INFO
         self.message_user(request, f"{verb} {changed} {noun}.", level)
+        for note in notes:
+            self.message_user(request, note, messages.INFO)
         if skipped:
             reasons = "; ".join(f"{message} ({count})" for message, count in skipped.most_common())
             total = sum(skipped.values())

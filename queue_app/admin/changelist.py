@@ -5,7 +5,16 @@ Django redirects to ``?e=1`` when it meets a bad lookup
 later, as a 500: a NUL byte (PostgreSQL text cannot hold one), a date
 drill-down outside the calendar or past year 9999, or a month or day with
 no year (a number past any integer column). They are refused here, before
-any query runs.
+any query runs. What only PostgreSQL can judge (an invalid regular
+expression in ``?username__regex=[``) or what fails as the query is built
+(``?date_joined__year=99999999999999999999``) is refused as it fails: the
+list's queries run in a savepoint, and a data error becomes the same
+redirect. A NUL byte in an object's id (its change, history or delete page)
+is a 404: no row can have it.
+
+``QueryGuard`` brings this to any ModelAdmin, the project's and those of
+other apps (django.contrib.auth's users and groups); the project's admin
+site gives it to every admin registered on it (jobsite/admin_site.py).
 
 ``DeclaredLookupsOnly`` goes further for the admins that use it: a query
 string may name only the list's own filter and drill-down parameters (search,
@@ -16,21 +25,69 @@ is refused with a 400 before it can fail in PostgreSQL or scan the table.
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime, timedelta
 
 from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import get_fields_from_path
 from django.contrib.admin.views.main import ORDER_VAR, ChangeList
+from django.db import DataError, transaction
+from django.http import Http404
+
+# Raised by a lookup value only as its query is built or run: the values no check foresaw.
+QUERY_VALUE_ERRORS = (DataError, ValueError, OverflowError)
 
 
-class GuardedChangeList(ChangeList):
+class SafeQueryChangeList(ChangeList):
+    """Any query string is a page or the ``?e=1`` redirect, never a 500."""
+
     def get_filters(self, request):
         if any("\x00" in key or "\x00" in value for key, values in request.GET.lists() for value in values):
             raise IncorrectLookupParameters("NUL byte in the query string")
         if self.date_hierarchy:
             check_date_drill_down(request.GET, self.date_hierarchy)
         return super().get_filters(request)
+
+    def get_results(self, request):
+        # The count and the page run here. In a savepoint, so that a statement PostgreSQL
+        # refuses leaves no aborted transaction behind (ATOMIC_REQUESTS, or a test's).
+        try:
+            with transaction.atomic(using=self.queryset.db):
+                super().get_results(request)
+        except QUERY_VALUE_ERRORS as error:
+            raise IncorrectLookupParameters(error) from error
+
+
+@functools.cache
+def safe_query_changelist(changelist: type[ChangeList]) -> type[ChangeList]:
+    """``changelist`` (an admin's own ChangeList class, or Django's) with SafeQueryChangeList's guards."""
+    if issubclass(changelist, SafeQueryChangeList):
+        return changelist
+    return type(f"SafeQuery{changelist.__name__}", (SafeQueryChangeList, changelist), {})
+
+
+class QueryGuard:
+    """A ModelAdmin mixin: no query string and no object id in the path answers a 500."""
+
+    def get_changelist(self, request, **kwargs):
+        return safe_query_changelist(super().get_changelist(request, **kwargs))
+
+    def get_object(self, request, object_id: str, from_field=None):
+        if "\x00" in object_id:
+            # Django's ``get_object`` lets the NUL through to PostgreSQL, which cannot compare it.
+            raise Http404("No object has a NUL byte in its id.")
+        return super().get_object(request, object_id, from_field)
+
+    def get_search_results(self, request, queryset, search_term: str):
+        # The change list refuses a NUL in ``?q=`` already; the autocomplete view does not.
+        if "\x00" in search_term:
+            return queryset.none(), False
+        return super().get_search_results(request, queryset, search_term)
+
+
+class GuardedChangeList(SafeQueryChangeList):
+    """The project's own lists: also sorted only by their clickable (indexed) columns."""
 
     def get_ordering(self, request, queryset):
         # Django sorts by any column of ``?o=``, not only those sortable_by makes clickable:
@@ -88,7 +145,7 @@ def declared_parameters(model_admin, request) -> set[str]:
     return names
 
 
-class DeclaredLookupsOnly:
+class DeclaredLookupsOnly(QueryGuard):
     """A ModelAdmin mixin: the guarded change list, filtered only through its declared filters."""
 
     def get_changelist(self, request, **kwargs):

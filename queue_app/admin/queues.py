@@ -33,6 +33,16 @@ class QueueLimitsForm(forms.ModelForm):
                 if name in self.fields:
                     self.fields[name].disabled = True
 
+    def clean_rate_limit(self) -> float | None:
+        # Above 0, strictly: a form field's min_value is inclusive, and otherwise the table's
+        # check constraint refuses it, shown by its name above the form.
+        rate = self.cleaned_data["rate_limit"]
+        if rate is not None and rate <= 0:
+            raise forms.ValidationError(
+                "Must be a number of jobs per second above 0 (leave it empty for no limit).", code="min_value"
+            )
+        return rate
+
 
 @admin.register(QueueState)
 class QueueStateAdmin(DeclaredLookupsOnly, admin.ModelAdmin):
@@ -54,7 +64,7 @@ class QueueStateAdmin(DeclaredLookupsOnly, admin.ModelAdmin):
         return super().get_changelist_form(request, form=self.form, **kwargs)
 
     def formfield_for_dbfield(self, db_field, request, **kwargs):
-        # The service's bounds (above 0 for a rate is the table's check constraint).
+        # The service's bounds (above 0 for a rate: QueueLimitsForm.clean_rate_limit).
         if db_field.name == "concurrency_limit":
             kwargs.update(min_value=1, max_value=MAX_CONCURRENCY_LIMIT)
         elif db_field.name == "rate_limit":

@@ -21,6 +21,11 @@ from queue_app.models import Job
 ID_PREFIX = re.compile(r"^[0-9a-f]{8,31}$")
 
 
+# PostgreSQL text cannot hold a NUL byte, so a term with one matches no row (and would
+# fail as a query parameter). The change list refuses it already; the autocomplete view does not.
+MATCHES_NOTHING = Q(pk__in=[])
+
+
 def full_id(term: str) -> uuid.UUID | None:
     return parse_job_id(term)
 
@@ -74,6 +79,8 @@ def job_search_filter(search_term: str) -> Q:
     order: one ILIKE, skipping the empty errors of successful jobs, so the
     planner estimates one condition, not a product of guesses.
     """
+    if "\x00" in search_term:
+        return MATCHES_NOTHING
     words = search_words(search_term)
     text = " ".join(words)
     exact_key = Q(idempotency_key=text) | Q(unique_key=text)
@@ -95,6 +102,8 @@ def job_search_filter(search_term: str) -> Q:
 
 def log_search_filter(search_term: str) -> Q:
     """Whole job ids find those jobs' trails (the foreign-key index); other words, messages."""
+    if "\x00" in search_term:
+        return MATCHES_NOTHING
     words = search_words(search_term)
     ids = [full_id(word) for word in words]
     if all(ids):

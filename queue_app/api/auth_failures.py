@@ -6,7 +6,8 @@ AUTH_FAILURE_RATE, further attempts from that client are refused without
 checking the credentials until the window ends. Token checks answer 429;
 password logins (the admin's and /api/auth/login/) go through Django's
 ``authenticate()``, where the backend refuses before checking the password,
-so the form reports a failed login.
+so the form reports a failed login. A wrong token sent to an endpoint that needs
+no credentials (the health probe) is not counted.
 
 The counters fail open: while the cache's Redis does not answer, failures are
 not counted and nobody is refused for them (a wrong token is still a 401), so
@@ -172,6 +173,14 @@ class LimitedTokenAuthentication(TokenAuthentication):
     from the next request.
     """
 
+    def __init__(self, *, counts_failures: bool = True) -> None:
+        # Off for endpoints anyone may call without credentials (the health probe): a wrong
+        # token sent there is no failed login, so it must not lock the address's real tokens
+        # out of the rest of the API. A client already over the limit is still refused
+        # unchecked there, so such an endpoint is no way to keep guessing tokens.
+        super().__init__()
+        self.counts_failures = counts_failures
+
     def authenticate(self, request):
         # Only requests that present a token are counted and refused: a session user
         # behind the same address (an office NAT) still gets in.
@@ -184,7 +193,8 @@ class LimitedTokenAuthentication(TokenAuthentication):
         try:
             return super().authenticate(request)
         except exceptions.AuthenticationFailed:
-            record_failure(request)
+            if self.counts_failures:
+                record_failure(request)
             raise
 
     def authenticate_credentials(self, key):

@@ -2,7 +2,10 @@
 
 DRF's own parser lets ``RecursionError`` (JSON nested ~1,000 deep) escape as a
 500 and accepts NaN, Infinity and numbers that overflow to infinity, which
-neither PostgreSQL's jsonb nor strict JSON clients accept.
+neither PostgreSQL's jsonb nor strict JSON clients accept. It also takes an
+object that names a key twice, keeping the last value (RFC 8259 leaves such
+objects' meaning to each reader, so two readers of one body may disagree):
+here that is a 400 naming the key and where it is.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import json
 from typing import Any
 
 from django.conf import settings
-from rest_framework.exceptions import APIException, ParseError
+from rest_framework.exceptions import APIException, ParseError, ValidationError
 from rest_framework.parsers import BaseParser, get_encoding
 
 from queue_app.conf import queue_settings
@@ -43,15 +46,64 @@ def _finite_float(text: str) -> float:
     return value
 
 
+class _DuplicateKeys:
+    """An ``object_pairs_hook`` that builds each object as json does and notes the first
+    one that names a key twice (objects are built innermost first, so where it sits is
+    found once the whole body is read)."""
+
+    def __init__(self) -> None:
+        self.key: str | None = None
+        self.container: dict | None = None
+
+    def __call__(self, pairs: list[tuple[str, Any]]) -> dict:
+        built = dict(pairs)
+        if len(built) < len(pairs) and self.container is None:
+            seen: set[str] = set()
+            self.key = next(key for key, _ in pairs if key in seen or seen.add(key))
+            self.container = built
+        return built
+
+    def reject(self, document: Any) -> None:
+        """Raise the 400 for the duplicate, named with the path of its object in ``document``."""
+        path = _path_to(document, self.container)
+        location = ".".join(path) if path else "the body"
+        message = f"The key {self.key!r} appears more than once in {location}; send it once."
+        if not isinstance(document, dict):
+            raise ParseError(f"JSON parse error - {message}")
+        # Named like any other error of a field: a field sent twice, or the field it is inside.
+        raise ValidationError({path[0] if path else self.key: [message]})
+
+
+def _path_to(document: Any, target: dict | None) -> list[str]:
+    """The keys and indexes from ``document`` down to the object ``target`` (by identity)."""
+    pending: list[tuple[Any, list[str]]] = [(document, [])]
+    while pending:
+        value, path = pending.pop()
+        if value is target:
+            return path
+        if isinstance(value, dict):
+            pending.extend((item, [*path, str(key)]) for key, item in value.items())
+        elif isinstance(value, list):
+            pending.extend((item, [*path, str(index)]) for index, item in enumerate(value))
+    return []
+
+
 def loads(text: str) -> Any:
-    """Strict JSON: no NaN/Infinity, no overflowing numbers; depth errors become ParseError."""
+    """Strict JSON: no NaN/Infinity, no overflowing numbers, no key twice in an object;
+    depth errors become ParseError."""
+    duplicates = _DuplicateKeys()
     try:
-        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+        document = json.loads(
+            text, parse_constant=_reject_constant, parse_float=_finite_float, object_pairs_hook=duplicates
+        )
     except RecursionError:
         raise ParseError("JSON parse error - nested too deeply") from None
     except ValueError as exc:
         # Also covers integers longer than Python's digit limit.
         raise ParseError(f"JSON parse error - {exc}") from None
+    if duplicates.container is not None:
+        duplicates.reject(document)
+    return document
 
 
 class StrictJSONParser(BaseParser):

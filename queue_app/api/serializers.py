@@ -330,6 +330,28 @@ class JobSerializer(serializers.ModelSerializer):
         return job.last_error_traceback
 
 
+class MaxAttemptsRaisedSerializer(serializers.Serializer):
+    before = serializers.IntegerField(read_only=True)
+    after = serializers.IntegerField(read_only=True)
+
+
+class RetriedJobSerializer(JobSerializer):
+    """The retried job, and whether the retry raised its max_attempts (only in the schema:
+    the view builds the body with job_body, like every response about jobs)."""
+
+    max_attempts_raised = MaxAttemptsRaisedSerializer(
+        read_only=True,
+        allow_null=True,
+        help_text="Set when the job had used every attempt: max_attempts rose from `before` to"
+        " `after` (one more than its attempts) to allow this run, as attempts are never reset"
+        " (they fence stale workers). Null when the retry left max_attempts as it was.",
+    )
+
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "max_attempts_raised"]
+        read_only_fields = fields
+
+
 _timestamp = serializers.DateTimeField(read_only=True)
 
 

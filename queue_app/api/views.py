@@ -39,6 +39,7 @@ from queue_app.api.serializers import (
     JobCreateSerializer,
     JobLogSerializer,
     JobSerializer,
+    RetriedJobSerializer,
     StatsSerializer,
     job_body,
 )
@@ -287,10 +288,15 @@ class JobViewSet(QueueAPIDefaults, mixins.ListModelMixin, mixins.RetrieveModelMi
 
     @extend_schema(
         summary="Retry a job",
-        description="Failed or cancelled jobs only; it is queued again with one more attempt allowed.",
+        description=(
+            "Failed or cancelled jobs only; it is queued again with one more attempt allowed. Attempts"
+            " are never reset (they fence stale workers): a job that used every attempt has its"
+            " max_attempts raised to one more than its attempts, which `max_attempts_raised` and"
+            " the job's log trail say."
+        ),
         request=None,
         responses={
-            200: JobSerializer,
+            200: RetriedJobSerializer,
             **NOT_FOUND,
             409: _error("The job is not failed or cancelled."),
             **AUTH_ERRORS,
@@ -298,8 +304,15 @@ class JobViewSet(QueueAPIDefaults, mixins.ListModelMixin, mixins.RetrieveModelMi
     )
     @action(detail=True, methods=["post"])
     def retry(self, request: Request, pk: str | None = None) -> Response:
-        job = services.retry_job(self._job_to_change().pk, reason=f"retried by {request.user.get_username()}")
-        return self._respond_with_job(job)
+        before = self._job_to_change()
+        job = services.retry_job(before.pk, reason=f"retried by {request.user.get_username()}")
+        # Only a retry raises max_attempts: the difference is this retry's (unless, in the
+        # moment since the read above, another retry ran the job and it failed again; the
+        # log rows hold each retry's own figures).
+        raised = None
+        if job.max_attempts != before.max_attempts:
+            raised = {"before": before.max_attempts, "after": job.max_attempts}
+        return Response({**job_body(job, request), "max_attempts_raised": raised})
 
 
 class StatsView(QueueAPIDefaults, APIView):
@@ -328,6 +341,10 @@ class HealthView(QueueAPIDefaults, APIView):
 
     permission_classes = [AllowAny]
     throttle_classes: list = []
+
+    def get_authenticators(self) -> list:
+        # A probe needs no credentials, so a wrong token sent with one is not a failed login.
+        return [LimitedTokenAuthentication(counts_failures=False), SessionAuthentication()]
 
     def perform_authentication(self, request: Request) -> None:
         # Credentials only decide how much is shown: neither bad ones nor a store that

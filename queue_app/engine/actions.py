@@ -1,11 +1,20 @@
-"""What users ask for: cancel, retry, re-enqueue (through the API, the admin or code)."""
+"""What users ask for: cancel, retry, re-enqueue (through the API, the admin or code).
+
+One job at a time (``cancel_job``, ``retry_job``) or a selection at once
+(``cancel_jobs``, ``retry_jobs``): the same transitions of
+``states.TRANSITION_TABLE``, a selection in set-based statements of at most
+``ACTION_BATCH_SIZE`` jobs each.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 from django.db import transaction
 
 from queue_app.engine.outbox import notify_relay, ready_intent
-from queue_app.engine.transitions import apply_transition
+from queue_app.engine.transitions import apply_transition, apply_transition_to_jobs
 from queue_app.exceptions import (
     JobNotFound,
     TransitionNotAllowed,
@@ -16,6 +25,25 @@ from queue_app.observability.logs import get_logger
 from queue_app.states import REENQUEUED, Status
 
 log = get_logger("queue_app.services")
+
+# Jobs per statement of cancel_jobs and retry_jobs: one UPDATE, one insert of log rows, one of
+# outbox rows each, in a transaction of its own (it holds their row locks until it commits).
+ACTION_BATCH_SIZE = 1_000
+
+# The transitions a cancel applies: each moves the jobs in its own source statuses (a queued
+# job is cancelled, a running one asked to cancel; a retry of a job still cancelling waits).
+CANCEL_TRANSITIONS = ("cancel", "request_cancel")
+RETRY_TRANSITIONS = ("retry", "request_retry")
+
+
+@dataclass(frozen=True)
+class ActionCounts:
+    """What an action on a selection did: how many jobs it changed (the rest were in a status
+    the action does not apply to, or are gone), and of those, how many a retry let run once
+    more by raising their max_attempts (they had used every attempt)."""
+
+    changed: int
+    max_attempts_raised: int = 0
 
 
 def _job_id(job_id):
@@ -57,8 +85,9 @@ def retry_job(job_id, *, reason: str = "retried by request") -> Job:
     """Queue a failed or cancelled job again, with one more attempt allowed.
 
     Attempts are never reset (they fence stale workers); instead max_attempts
-    rises to at least attempts + 1. A job still cancelling keeps the request and is
-    queued when its worker confirms the cancel: never claimable while the old
+    rises to at least attempts + 1, and the log row records it before and after
+    (``max_attempts_before``, ``max_attempts``). A job still cancelling keeps the request
+    and is queued when its worker confirms the cancel: never claimable while the old
     attempt runs. Raises TransitionNotAllowed otherwise.
     """
     job_id = _job_id(job_id)
@@ -70,6 +99,38 @@ def retry_job(job_id, *, reason: str = "retried by request") -> Job:
             raise _conflict(job_id, "retry")
     log.info("job_retried", job_id=str(job_id))
     return Job.objects.get(id=job_id)
+
+
+def cancel_jobs(job_ids: Iterable, *, reason: str = "cancelled by request") -> ActionCounts:
+    """Cancel every job of ``job_ids`` that can be cancelled (as cancel_job does), set-based."""
+    return _apply_to_selection(CANCEL_TRANSITIONS, job_ids, reason, "jobs_cancelled")
+
+
+def retry_jobs(job_ids: Iterable, *, reason: str = "retried by request") -> ActionCounts:
+    """Retry every job of ``job_ids`` that is failed or cancelled (as retry_job does), set-based."""
+    return _apply_to_selection(RETRY_TRANSITIONS, job_ids, reason, "jobs_retried")
+
+
+def _apply_to_selection(names: tuple[str, ...], job_ids: Iterable, reason: str, event: str) -> ActionCounts:
+    # Values that cannot name a job name none: they are left out, as ids of no job are.
+    ids = list(dict.fromkeys(parsed for parsed in map(parse_job_id, job_ids) if parsed is not None))
+    changed, raised = 0, 0
+    for start in range(0, len(ids), ACTION_BATCH_SIZE):
+        batch = ids[start : start + ACTION_BATCH_SIZE]
+        with transaction.atomic():
+            for name in names:
+                jobs = apply_transition_to_jobs(name, batch, message=reason)
+                changed += len(jobs)
+                raised += sum(1 for job in jobs if raised_max_attempts(job.log_extra))
+    log.info(event, jobs=changed, selected=len(ids), max_attempts_raised=raised)
+    return ActionCounts(changed=changed, max_attempts_raised=raised)
+
+
+def raised_max_attempts(log_extra: dict) -> bool:
+    """Whether a retry's log extra says it raised max_attempts (the job had used every attempt)."""
+    return log_extra.get("max_attempts", 0) > log_extra.get(
+        "max_attempts_before", log_extra.get("max_attempts", 0)
+    )
 
 
 def reenqueue_job(job_id) -> Job:

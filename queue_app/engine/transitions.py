@@ -1,18 +1,22 @@
-"""Applying a transition from ``states.TRANSITION_TABLE`` to one job.
+"""Applying a transition from ``states.TRANSITION_TABLE`` to one job, or to a set of jobs.
 
 The table says which statuses a transition leaves and enters, which event
 and level its log row has, and whether Redis must change (an outbox row).
 ``apply_transition`` runs the transition's conditional UPDATE (the statement
 of the same name in ``sql/transitions.sql``) and writes the log row and the
-outbox row from the table, in one transaction. The set-based statements (the
-batched claim and completion, the lease rescue) bind the same table's
-statuses and events, and share ``record_transitions`` for what follows.
+outbox row from the table, in one transaction. ``apply_transition_to_jobs``
+does the same for a set of jobs (the transitions users ask for: cancel,
+retry), with one UPDATE and one insert of the log rows and of the outbox rows
+for the whole set. The other set-based statements (the batched claim and
+completion, the lease rescue) bind the same table's statuses and events, and
+share ``record_transitions`` for what follows.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import connection, transaction
@@ -35,6 +39,17 @@ class TransitionedJob:
     priority_value: int
     enqueued_at: datetime
     next_retry_at: datetime | None
+    # Facts of this transition its log row records besides the table's (a retry's max_attempts).
+    log_extra: dict = field(default_factory=dict)
+
+
+def transitioned(found: Sequence) -> TransitionedJob:
+    """A transition statement's row: the seven columns each returns, then an optional JSON
+    object for the log row's extra (Django's cursors read jsonb as text)."""
+    log_extra = found[7] if len(found) > 7 else None
+    if isinstance(log_extra, str):
+        log_extra = json.loads(log_extra)
+    return TransitionedJob(str(found[0]), *found[1:7], log_extra=log_extra or {})
 
 
 def transition(name: str) -> Transition:
@@ -62,16 +77,46 @@ def apply_transition(
     row = transition(name)
     if row.fenced and fence is None:
         raise ValueError(f"transition {name!r} is fenced: pass the fence")
-    values = {"id": str(job_id), "sources": sorted(row.sources), "target": row.target, "fence": fence}
+    # A running job's transition names one attempt (id and fence); the others take a set of ids.
+    values = {
+        "id": str(job_id),
+        "ids": [str(job_id)],
+        "sources": sorted(row.sources),
+        "target": row.target,
+        "fence": fence,
+    }
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute(sql.query(name), {**values, **params})
             found = cursor.fetchone()
         if found is None:
             return None
-        job = TransitionedJob(str(found[0]), *found[1:])
+        job = transitioned(found)
         record_transitions(row, [job], message=message, fence=fence)
     return job
+
+
+def apply_transition_to_jobs(name: str, job_ids: Sequence, *, message: str = "") -> list[TransitionedJob]:
+    """Apply unfenced transition ``name`` to those of ``job_ids`` in one of its source statuses.
+
+    One conditional UPDATE for the set, then one insert of their log rows and one of
+    their outbox rows, in one transaction: the statements do not grow in number with
+    the set. Returns the jobs it moved; the others are left as they are.
+    """
+    row = transition(name)
+    if row.fenced:
+        raise ValueError(f"transition {name!r} is fenced: apply it to one attempt with apply_transition")
+    values = {
+        "ids": [str(job_id) for job_id in job_ids],
+        "sources": sorted(row.sources),
+        "target": row.target,
+    }
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(sql.query(name), values)
+            jobs = [transitioned(found) for found in cursor.fetchall()]
+        record_transitions(row, jobs, message=message)
+    return jobs
 
 
 def record_transitions(
@@ -84,7 +129,7 @@ def record_transitions(
     """
     logs, outbox = [], []
     for job in jobs:
-        extra: dict[str, object] = {}
+        extra: dict[str, object] = dict(job.log_extra)
         if row.fenced:
             extra["attempt"] = job.attempts
             if fence is not None:

@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import pytest
 from django.contrib import admin
+from django.contrib.auth.models import Group
+from django.contrib.contenttypes.models import ContentType
+from django.db.models import DateField
+from django.http import Http404
 from django.test import RequestFactory
 from django.urls import reverse
+from rest_framework.authtoken.models import Token
 
 from queue_app.engine.counts import count_rows, estimated_count
-from queue_app.models import Job
+from queue_app.models import Job, QueueState, ScheduleState
 from tests.admin.conftest import make_job
 
 pytestmark = [pytest.mark.django_db, pytest.mark.redis]
@@ -123,3 +128,99 @@ def test_a_lookup_no_filter_declares_is_refused_before_any_query(admin_client, m
     make_job("failed")
     response = admin_client.get(reverse(f"admin:queue_app_{model}_changelist"), query)
     assert response.status_code == 400, (model, query)
+
+
+# --- every admin the site has, whichever app registered it ---------------------------------
+
+
+def every_admin():
+    """Each ModelAdmin on the project's site: the project's own, django.contrib.auth's, DRF's tokens."""
+    return sorted(admin.site._registry.values(), key=lambda model_admin: model_admin.opts.label)
+
+
+def field_lookups_that_fail_in_the_database(model) -> list[dict[str, str]]:
+    """Lookups Django's ``lookup_allowed`` lets through on a local field and that fail only as the
+    query runs: an invalid regular expression, a NUL byte, a year past the calendar."""
+    fields = model._meta.concrete_fields
+    queries = [{f"{field.attname}__regex": "["} for field in fields]
+    queries += [
+        {f"{field.name}__year": "99999999999999999999"} for field in fields if isinstance(field, DateField)
+    ]
+    return [*queries, {fields[0].attname: "a\x00b"}]
+
+
+@pytest.fixture
+def a_row_in_every_table(admin_user):
+    """PostgreSQL compiles a regular expression at its first row: every list needs one."""
+    make_job("failed")
+    Group.objects.create(name="operators")
+    Token.objects.create(user=admin_user)
+    ScheduleState.objects.create(name="nightly")
+
+
+ANY_LIST_CASES = [
+    pytest.param(model_admin.opts, query, id=f"{model_admin.opts.label}-{next(iter(query))}")
+    for model_admin in every_admin()
+    for query in field_lookups_that_fail_in_the_database(model_admin.model)
+]
+
+
+@pytest.mark.usefixtures("a_row_in_every_table")
+@pytest.mark.parametrize(("opts", "query"), ANY_LIST_CASES)
+def test_no_lookup_on_any_admin_list_is_a_500(admin_client, opts, query):
+    """Django's answer to a bad lookup is the redirect to ``?e=1`` (IncorrectLookupParameters);
+    the project's own lists refuse undeclared lookups with a 400 first."""
+    response = admin_client.get(reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist"), query)
+    assert response.status_code in (200, 302, 400), (response.status_code, query)
+    if response.status_code == 302:
+        assert response["Location"].endswith("?e=1")
+
+
+@pytest.mark.usefixtures("a_row_in_every_table")
+def test_an_invalid_regex_on_the_user_list_is_an_ignored_filter(admin_client, admin_user):
+    """The probe's finding: ``/admin/auth/user/?id__regex=[`` was a 500 (PostgreSQL: invalid
+    regular expression). It is Django's redirect to the unfiltered list, which still answers."""
+    url = reverse("admin:auth_user_changelist")
+    response = admin_client.get(url, {"id__regex": "["})
+    assert response.status_code == 302
+    assert response["Location"] == f"{url}?e=1"
+    listed = admin_client.get(response["Location"])
+    assert listed.status_code == 200
+    assert [user.pk for user in listed.context["cl"].result_list] == [admin_user.pk]
+
+
+@pytest.mark.usefixtures("a_row_in_every_table")
+@pytest.mark.parametrize("page", ["change", "history", "delete"])
+@pytest.mark.parametrize("opts", [model_admin.opts for model_admin in every_admin()], ids=str)
+def test_a_nul_byte_in_an_object_id_is_a_404_on_every_admin_page(admin_client, opts, page):
+    """The queue-state page answered 500 (its key is text, so the NUL reached PostgreSQL)."""
+    base = reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist")
+    response = admin_client.get(f"{base}a%00b/{page}/")
+    assert response.status_code == 404
+
+
+def test_a_nul_byte_in_the_view_on_site_address_is_a_404(admin_client):
+    queue_state = ContentType.objects.get_for_model(QueueState)
+    response = admin_client.get(f"/admin/r/{queue_state.pk}/a%00b/")
+    assert response.status_code == 404
+
+
+def test_the_queue_state_admin_refuses_a_nul_id_on_any_site():
+    """queue_app's own admins carry the guard themselves, for a host project with Django's site."""
+    model_admin = admin.site.get_model_admin(QueueState)
+    with pytest.raises(Http404):
+        model_admin.get_object(RequestFactory().get("/"), "a\x00b")
+
+
+@pytest.mark.usefixtures("a_row_in_every_table")
+@pytest.mark.parametrize(
+    ("app_label", "model_name", "field_name"),
+    [("auth", "user", "groups"), ("queue_app", "job", "owner"), ("queue_app", "joblog", "job")],
+)
+def test_a_nul_byte_in_an_autocomplete_term_finds_nothing(admin_client, app_label, model_name, field_name):
+    response = admin_client.get(
+        reverse("admin:autocomplete"),
+        {"term": "a\x00b", "app_label": app_label, "model_name": model_name, "field_name": field_name},
+    )
+    assert response.status_code == 200
+    assert response.json()["results"] == []

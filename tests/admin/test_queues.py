@@ -123,3 +123,29 @@ def test_editing_one_limit_leaves_the_other_as_changed_since_the_page_opened(adm
     emails = QueueState.objects.get(name="emails")
     # The rate set since stays, and its bucket is not refilled.
     assert (emails.concurrency_limit, emails.rate_limit, emails.rate_tokens) == (4, 1.0, 0.5)
+
+
+@pytest.mark.parametrize("rate", ["0", "-1", "0.0"])
+def test_a_rate_limit_of_zero_or_less_is_a_field_error_in_words(admin_client, queues, rate):
+    """The table's check constraint refused it, and the form showed its raw name
+    ('Constraint “ck_job_queues_rate_limit” is violated.') above the list."""
+    admin_client.get(CHANGELIST)
+    response = edit_limits(admin_client, [("default", "", rate), ("emails", "", ""), ("reports", "", "")])
+    assert response.status_code == 200  # the list again, with the error
+    form = response.context["cl"].formset.forms[0]
+    assert form.errors == {
+        "rate_limit": ["Must be a number of jobs per second above 0 (leave it empty for no limit)."]
+    }
+    assert "ck_job_queues" not in response.content.decode()
+    assert QueueState.objects.filter(rate_limit=None).count() == 3
+
+
+def test_a_rate_limit_of_zero_on_the_queue_page_is_a_field_error_in_words(admin_client, queues):
+    admin_client.get(CHANGELIST)
+    url = reverse("admin:queue_app_queuestate_change", args=["default"])
+    response = admin_client.post(url, {"concurrency_limit": "", "rate_limit": "0"})
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors == {
+        "rate_limit": ["Must be a number of jobs per second above 0 (leave it empty for no limit)."]
+    }
+    assert "ck_job_queues" not in response.content.decode()

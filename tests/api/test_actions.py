@@ -124,3 +124,22 @@ def test_actions_accept_get_only_where_documented(api):
     assert api.get(f"/api/jobs/{job_id}/cancel/").status_code == 405
     assert api.post(f"/api/jobs/{job_id}/logs/").status_code == 405
     assert api.delete(f"/api/jobs/{job_id}/").status_code == 405
+
+
+@pytest.mark.django_db
+def test_a_retry_that_raises_max_attempts_says_so(api):
+    """A job that used its only attempt runs again because its max_attempts rises (attempts
+    are never reset: they fence stale workers); the response and the log row say so."""
+    used_up = submit(api, max_attempts=1).json()["id"]
+    _run_to(used_up, "failed")
+    cancelled_early = submit(api, max_attempts=3).json()["id"]
+    services.cancel_job(cancelled_early)
+
+    raised = api.post(f"/api/jobs/{used_up}/retry/").json()
+    unchanged = api.post(f"/api/jobs/{cancelled_early}/retry/").json()
+
+    assert (raised["attempts"], raised["max_attempts"]) == (1, 2)
+    assert raised["max_attempts_raised"] == {"before": 1, "after": 2}
+    assert unchanged["max_attempts"] == 3 and unchanged["max_attempts_raised"] is None
+    entry = JobLog.objects.filter(job_id=used_up, event="retried").get()
+    assert entry.extra == {"max_attempts_before": 1, "max_attempts": 2}

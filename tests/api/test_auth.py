@@ -6,6 +6,7 @@ import re
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
+from django.shortcuts import resolve_url
 from django.test import Client
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
@@ -159,3 +160,26 @@ def test_behind_one_proxy_the_address_it_appended_identifies_the_client():
         ["1.1.1.1, 198.51.100.1", "2.2.2.2, 198.51.100.1", "3.3.3.3, 198.51.100.2"], NUM_PROXIES="1"
     )
     assert statuses == [200, 429, 200]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("login", ["/api/auth/login/", "/admin/login/"])
+def test_a_login_without_next_lands_on_a_page_that_exists(login):
+    """Django's LoginView sends a login without ``next`` to LOGIN_REDIRECT_URL, by default
+    /accounts/profile/, which this project does not serve (a 404 after a successful login).
+    It lands on the API's docs, a page for any user. (The admin's own form carries
+    ``next=/admin/``, so a login through it still lands on the admin.)"""
+    make_user("erin", staff=True)
+    browser = Client()
+    logged_in = browser.post(login, {"username": "erin", "password": "pw-erin"})
+    assert logged_in.status_code == 302
+    assert logged_in["Location"] == "/api/docs/"
+    assert browser.get("/api/docs/").status_code == 200
+
+
+@pytest.mark.django_db
+def test_the_login_url_is_a_login_page_the_project_serves(settings):
+    """LOGIN_URL (where login_required sends a visitor) defaults to /accounts/login/: a 404 here."""
+    page = Client().get(resolve_url(settings.LOGIN_URL))
+    assert page.status_code == 200
+    assert b'name="password"' in page.content

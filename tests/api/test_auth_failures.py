@@ -130,3 +130,25 @@ def test_the_limit_counts_in_djangos_own_caches_too(settings, backend, longest_w
     refused = get()
     assert (refused.status_code, refused.json()["code"]) == (429, "throttled")
     assert 0 < int(refused["Retry-After"]) <= longest_wait
+
+
+@pytest.mark.django_db(transaction=True)
+def test_wrong_tokens_sent_to_health_lock_nobody_out():
+    """A load balancer or anyone else may probe /api/health/ with whatever header it carries:
+    health needs no authentication, so a wrong token there is not a failed login, and the
+    address's real token still works on the rest of the API."""
+    token = Token.objects.create(user=make_user("eve"))
+    result = run_in_child(
+        """
+        import os
+        wrong = {client.get("/api/health/", HTTP_AUTHORIZATION="Token " + "0" * 40).status_code
+                 for _ in range(10)}
+        right = client.get("/api/jobs/", HTTP_AUTHORIZATION="Token " + os.environ["TEST_TOKEN"])
+        print(json.dumps({"wrong": sorted(wrong), "right": right.status_code}))
+        """,
+        DATABASE_URL=database_url(),
+        AUTH_FAILURE_RATE="3/minute",
+        TEST_TOKEN=token.key,
+    )
+    assert result == {"wrong": [200], "right": 200}
+    assert cache.get(KEY_PREFIX + "127.0.0.1") is None

@@ -109,6 +109,8 @@ CASES = {
     "Infinity": ('{"type": "demo.echo", "payload": {"n": -Infinity}}', 400, None),
     "number overflowing to infinity": ('{"type": "demo.echo", "payload": {"n": 1e999}}', 400, None),
     "invalid UTF-8": (b'{"type": "demo.echo", "payload": {"a": "\xff\xfe"}}', 400, None),
+    "a field sent twice": ('{"type": "demo.echo", "type": "demo.fail"}', 400, "type"),
+    "a payload key sent twice": ('{"type": "demo.echo", "payload": {"a": 1, "a": 2}}', 400, "payload"),
 }
 
 
@@ -208,4 +210,40 @@ def test_header_idempotency_key_is_validated_like_the_field(api):
 
     assert too_long.status_code == 400 and "idempotency_key" in too_long.json()["errors"]
     assert mismatch.status_code == 400 and "idempotency_key" in mismatch.json()["errors"]
+    assert rows_written() == (0, 0, 0)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("url", "body", "field", "detail"),
+    [
+        (
+            "/api/jobs/",
+            '{"type": "demo.echo", "queue": "default", "queue": "emails"}',
+            "queue",
+            "queue: The key 'queue' appears more than once in the body; send it once.",
+        ),
+        (
+            "/api/jobs/",
+            '{"type": "demo.echo", "payload": {"to": {"id": 1, "id": 2}}}',
+            "payload",
+            "payload: The key 'id' appears more than once in payload.to; send it once.",
+        ),
+        (
+            "/api/jobs/bulk/",
+            '{"jobs": [{"type": "demo.echo"}, {"type": "demo.echo", "type": "demo.fail"}]}',
+            "jobs",
+            "jobs: The key 'type' appears more than once in jobs.1; send it once.",
+        ),
+    ],
+)
+def test_a_key_sent_twice_is_refused_naming_it(api, url, body, field, detail):
+    """RFC 8259 section 4: names within an object SHOULD be unique, and readers differ on
+    duplicates (Python keeps the last, others the first or refuse): the job run would not be
+    the one a proxy or a log reader saw. Refused, naming the key and where it is."""
+    response = post_json(api, url, body)
+
+    assert response.status_code == 400, response.content
+    assert response.json()["errors"] == {field: [detail.removeprefix(f"{field}: ")]}
+    assert response.json()["detail"] == detail
     assert rows_written() == (0, 0, 0)

@@ -1,9 +1,12 @@
--- One job's transitions, each named like its row in states.TRANSITION_TABLE
--- and run by engine.transitions.apply_transition, which binds the table's
--- %(sources)s and %(target)s. Each is one conditional UPDATE: no row back
--- means the job was not in a source status (or, for a running job, the
--- attempt's fence no longer holds it) and nothing changed. Every statement returns
--- the same columns, what the log row and the outbox row need.
+-- The transitions, each named like its row in states.TRANSITION_TABLE and run
+-- by engine.transitions, which binds the table's %(sources)s and %(target)s.
+-- Each is one conditional UPDATE: no row back means the job was not in a
+-- source status (or, for a running job, the attempt's fence no longer holds it)
+-- and nothing changed. A running job's (fenced) transition changes one job,
+-- %(id)s at %(fence)s; a transition users ask for (cancel, retry) changes the set
+-- %(ids)s, one job or a batch (apply_transition_to_jobs). Every statement returns
+-- the same columns, what the log row and the outbox row need, and may add an
+-- eighth: a JSON object of facts its log row's extra records.
 
 -- name: schedule_retry
 -- A failed attempt with attempts left: queued again after a backoff.
@@ -38,7 +41,7 @@ RETURNING id, status, attempts + 1, queue, priority_value, enqueued_at, next_ret
 -- A job no worker runs: cancelled at once.
 UPDATE jobs SET status = %(target)s, completed_at = now(), worker_id = '',
        lease_expires_at = NULL, next_retry_at = NULL
- WHERE id = %(id)s AND status = ANY(%(sources)s)
+ WHERE id = ANY(%(ids)s::uuid[]) AND status = ANY(%(sources)s)
 RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_at
 
 -- name: request_cancel
@@ -47,7 +50,7 @@ RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_a
 -- attempt; until it confirms, the job keeps its lease and no retry can be claimed.
 WITH asked AS (
     UPDATE jobs SET status = %(target)s
-     WHERE id = %(id)s AND status = ANY(%(sources)s)
+     WHERE id = ANY(%(ids)s::uuid[]) AND status = ANY(%(sources)s)
     RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_at, fence
 )
 SELECT id, status, attempts, queue, priority_value, enqueued_at, next_retry_at
@@ -63,13 +66,20 @@ RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_a
 -- name: request_retry
 -- A retry of a job still cancelling: kept until the cancel is confirmed.
 UPDATE jobs SET retry_requested = true
- WHERE id = %(id)s AND status = ANY(%(sources)s)
+ WHERE id = ANY(%(ids)s::uuid[]) AND status = ANY(%(sources)s)
 RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_at
 
 -- name: retry
--- Attempts are never reset (they fence stale workers): max_attempts rises instead.
-UPDATE jobs SET status = %(target)s, max_attempts = GREATEST(max_attempts, attempts + 1),
+-- Attempts are never reset (they fence stale workers): max_attempts rises instead,
+-- to one more than the attempts made, and the log row records it before and after.
+-- "before" locks the rows first, so it reads the value this UPDATE replaces.
+UPDATE jobs SET status = %(target)s, max_attempts = GREATEST(jobs.max_attempts, jobs.attempts + 1),
        next_retry_at = NULL, enqueued_at = now(), completed_at = NULL,
        result = NULL, worker_id = '', lease_expires_at = NULL, retry_requested = false
- WHERE id = %(id)s AND status = ANY(%(sources)s)
-RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_at
+  FROM (SELECT id, max_attempts FROM jobs
+         WHERE id = ANY(%(ids)s::uuid[]) AND status = ANY(%(sources)s)
+           FOR UPDATE) AS before
+ WHERE jobs.id = before.id AND jobs.status = ANY(%(sources)s)
+RETURNING jobs.id, jobs.status, jobs.attempts, jobs.queue, jobs.priority_value, jobs.enqueued_at,
+          jobs.next_retry_at,
+          jsonb_build_object('max_attempts_before', before.max_attempts, 'max_attempts', jobs.max_attempts)
