@@ -89,7 +89,7 @@ def failure(exc: BaseException, *, retry: bool, delay: float | None = None) -> O
         retry=retry,
         delay=delay,
         error_class=execution.error_class_path(cause),
-        traceback="".join(traceback.format_exception(cause)),
+        traceback="".join(traceback.format_exception(exc)),
     )
 
 

@@ -117,6 +117,10 @@ class Maintenance:
         # before it ends leaves the successor a clear field on a stalled leader's return.
         self._leading_until = now + LEADER_LEASE_SECONDS - ELECTION_SECONDS
         gained, lost = leading - self.leading, self.leading - leading
+        if len(leading) < len(self.queues):
+            # A queue led by no one may have lost its row (deleted by hand, a restored backup):
+            # it is added again next time, or no process would ever lead that queue again.
+            self._rows_added = False
         self.leading = leading
         if lost:
             log.info("maintenance_leadership_lost", queues=sorted(lost), holder=self.holder)

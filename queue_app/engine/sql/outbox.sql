@@ -47,7 +47,9 @@ WITH candidate AS MATERIALIZED (
               o.dispatch_after AS claimed_until
 )
 SELECT c.id, c.job_id, c.action, c.queue, c.member, c.to_head, c.pushed, c.claimed_until,
-       j.status, j.queue, j.priority_value, j.enqueued_at, j.next_retry_at, j.xmin::text
+       j.status, j.queue, j.priority_value, j.enqueued_at,
+       -- A time that has come is no wait: the job goes straight to its ready place.
+       CASE WHEN j.next_retry_at > now() THEN j.next_retry_at END, j.xmin::text
   FROM claimed c
   JOIN jobs j ON j.id = c.job_id
  ORDER BY c.id
