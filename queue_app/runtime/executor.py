@@ -6,9 +6,10 @@ decided here, once: a result is completed (batched in the main thread, written
 at once in a slot), an exception fails the attempt (retried or not, with its
 summary for the owner and its traceback kept apart), a stop the attempt was
 asked for (``AttemptStopped``: cancel requested, lease lost) confirms the cancel
-or writes nothing, a shutdown hands the job back. Every write is fenced by the
-attempt's token; an outcome the fence turns away confirms a pending cancel or
-is recorded once.
+or writes nothing, a shutdown hands the job back, a ``Snooze`` the handler raised
+puts the job back to wait, uncounted. Every write is fenced by the attempt's
+token; an outcome the fence turns away confirms a pending cancel or is recorded
+once.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from queue_app.exceptions import (
     CancelRequested,
     JobTimeLimitExceeded,
     QueueError,
+    Snooze,
     WorkerShutdown,
 )
 from queue_app.handlers import HandlerSpec, _current_attempt, _current_job, _soft_deadline, get_handler
@@ -68,12 +70,14 @@ class Runner(Protocol):
 
 @dataclass(frozen=True)
 class Outcome:
-    kind: str  # completed | rejected | stopped | handed_back | failed
+    kind: str  # completed | rejected | stopped | handed_back | failed | snoozed
     result: Any = None
     summary: str = ""
     retry: bool = True
     error_class: str = ""
     traceback: str = ""
+    # snoozed: how long the job waits before it runs again.
+    snooze_seconds: float = 0.0
 
 
 def failure(exc: BaseException, *, retry: bool) -> Outcome:
@@ -171,6 +175,8 @@ class Executor:
             return Outcome("handed_back", summary="worker shutdown grace period ended")
         except HandedBack as exc:
             return Outcome("handed_back", summary=str(exc))
+        except Snooze as exc:
+            return Outcome("snoozed", snooze_seconds=exc.seconds)
         except JobTimeLimitExceeded as exc:
             return time_limit_failure(exc)
         except (concurrent.futures.CancelledError, asyncio.CancelledError) as exc:
@@ -234,6 +240,10 @@ class Executor:
             elif outcome.kind == "handed_back":
                 start_from_a_usable_connection()
                 self.hand_back(attempt, outcome.summary)
+            elif outcome.kind == "snoozed":
+                start_from_a_usable_connection()
+                self.before_hand_back()  # due again at once (0 s), it may be popped again
+                execution.snooze_job(job.id, job.fence, outcome.snooze_seconds)
             else:
                 start_from_a_usable_connection()
                 execution.fail_job(

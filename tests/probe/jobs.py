@@ -9,7 +9,7 @@ from django.db import connection
 from django.tasks import task
 from django.utils import timezone
 
-from queue_app.exceptions import LeaseLost
+from queue_app.exceptions import CancelRequested, LeaseLost, Snooze
 from queue_app.handlers import check_time_limit, current_job, job_handler
 from tests.probe import journal
 from tests.probe.models import Effect, Execution
@@ -367,3 +367,65 @@ def fail_io(payload):
 async def fail_async(payload):
     """Raises in a slot coroutine."""
     raise ValueError("coroutine failure")
+
+
+# --- snooze ---------------------------------------------------------------------------------
+
+
+def _snooze_or_return(execution, payload):
+    """Snooze while this job has run no more than ``times`` times, then return its run count."""
+    runs = Execution.objects.filter(job_id=execution.job_id).count()
+    if runs <= int(payload.get("times", 1)):
+        raise Snooze(float(payload.get("seconds", 0.1)))
+    return {"runs": runs, "attempt": execution.attempt}
+
+
+@job_handler("probe.snooze", max_attempts=1)
+def snooze(payload):
+    """Snoozes ``times`` times (``seconds`` each), then completes. One attempt allowed: a
+    snooze that charged one would leave none for the run that completes."""
+    return _snooze_or_return(_started(), payload)
+
+
+@job_handler("probe.snooze_io", io_bound=True, max_attempts=1)
+def snooze_io(payload):
+    """``probe.snooze`` on a slot thread."""
+    return _snooze_or_return(_started(), payload)
+
+
+@job_handler("probe.snooze_async", max_attempts=1)
+async def snooze_async(payload):
+    """``probe.snooze`` in a slot coroutine."""
+    from asgiref.sync import sync_to_async
+
+    execution = await sync_to_async(_started)()
+    return await sync_to_async(_snooze_or_return)(execution, payload)
+
+
+@job_handler("probe.snooze_atomic", atomic=True, max_attempts=1)
+def snooze_atomic(payload):
+    """Writes an Effect, then snoozes: the effect rolls back with the attempt."""
+    job = current_job()
+    Effect.objects.create(job_id=job.id, attempt=job.attempt)
+    raise Snooze(float(payload.get("seconds", 60)))
+
+
+@job_handler("probe.snooze_on_cancel", max_attempts=1)
+def snooze_on_cancel(payload):
+    """Waits to be cancelled and answers the cancel with a snooze: the two race."""
+    _started()
+    try:
+        time.sleep(30)
+    except CancelRequested:
+        raise Snooze(0) from None
+
+
+@task
+def snoozing_task(times):
+    """A django.tasks task that snoozes ``times`` times (0.1 s each), then returns its run count."""
+    job = current_job()
+    runs = Execution.objects.filter(job_id=job.id).count() + 1
+    Execution.objects.create(job_id=job.id, attempt=job.attempt, pid=os.getpid())
+    if runs <= times:
+        raise Snooze(0.1)
+    return {"runs": runs, "attempt": job.attempt}
