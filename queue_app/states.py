@@ -156,6 +156,8 @@ FAILURE_FENCED = "failure_fenced"  # likewise for a failure
 HEARTBEAT_FENCED = "heartbeat_fenced"  # a heartbeat for a lease the attempt no longer holds
 REENQUEUED = "reenqueued"  # a queued job's id pushed to Redis again
 SNOOZE_FENCED = "snooze_fenced"  # likewise for a snooze
+JOB_LOG = "job_log"  # a line the running job logged (current_job().log)
+JOB_LOG_DROPPED = "job_log_dropped"  # how many lines past JOB_LOG_LINES_PER_SECOND were dropped
 NON_TRANSITION_EVENTS = frozenset(
-    {COMPLETION_FENCED, FAILURE_FENCED, HEARTBEAT_FENCED, REENQUEUED, SNOOZE_FENCED}
+    {COMPLETION_FENCED, FAILURE_FENCED, HEARTBEAT_FENCED, REENQUEUED, SNOOZE_FENCED, JOB_LOG, JOB_LOG_DROPPED}
 )

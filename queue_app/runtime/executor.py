@@ -9,7 +9,8 @@ asked for (``AttemptStopped``: cancel requested, lease lost) confirms the cancel
 or writes nothing, a shutdown hands the job back, a ``Snooze`` the handler raised
 puts the job back to wait, uncounted. Every write is fenced by the attempt's
 token; an outcome the fence turns away confirms a pending cancel or is recorded
-once.
+once. What the handler reported and its rate limits kept (queue_app/reports.py)
+is written before its outcome.
 """
 
 from __future__ import annotations
@@ -167,6 +168,7 @@ class Executor:
                 result = runner.call(attempt, spec, self)
             finally:
                 runner.end(attempt)
+                write_kept_reports(attempt)
         except Fenced:
             return Outcome("rejected")
         except AttemptStopped:
@@ -211,6 +213,9 @@ class Executor:
             result = spec.func(dict(job.payload))
             returned()
             check_result(result)
+            if attempt.reports is not None:
+                # In the completion's transaction: written after it, they would find the job done.
+                attempt.reports.flush()
             if not execution.complete_jobs([Completion(job.id, job.fence, result)], settle_rejected=False):
                 raise Fenced()
         return ALREADY_COMPLETED
@@ -273,6 +278,19 @@ class Executor:
         self.before_hand_back()
         execution.hand_back_job(attempt.job.id, attempt.job.fence, worker_id=self.worker_id, reason=reason)
         self.holdings.settled(attempt)
+
+
+def write_kept_reports(attempt: Attempt) -> None:
+    """The handler has returned: write the progress and log lines its rate limits (or a
+    transaction) kept, before its outcome. Best effort: a store error here is logged, and
+    the outcome is still written (or fails) as it would have."""
+    if attempt.reports is None or not attempt.reports.pending():
+        return
+    try:
+        start_from_a_usable_connection()
+        attempt.reports.flush()
+    except Exception as exc:  # noqa: BLE001 - the outcome matters more than the last report
+        log.warning("job_reports_not_written", job_id=attempt.job.id, error=str(exc)[:300])
 
 
 def record_late_start(job: ClaimedJob) -> None:

@@ -369,7 +369,10 @@ async def fail_async(payload):
     raise ValueError("coroutine failure")
 
 
-# --- snooze ---------------------------------------------------------------------------------
+# --- snooze, progress and log lines --------------------------------------------------------
+
+# What the report handlers' calls returned, when the worker runs in the test's own process.
+REPORTED: list[dict] = []
 
 
 def _snooze_or_return(execution, payload):
@@ -420,6 +423,52 @@ def snooze_on_cancel(payload):
         raise Snooze(0) from None
 
 
+def _report(payload) -> dict:
+    """``progress`` calls (i of N, message "step i") and ``lines`` log lines, as fast as it can."""
+    job = current_job()
+    started = time.monotonic()
+    total = int(payload.get("progress", 0))
+    progressed = {job.progress(step, total, message=f"step {step}") for step in range(1, total + 1)}
+    logged = {job.log(f"line {index}", index=index) for index in range(int(payload.get("lines", 0)))}
+    REPORTED.append({"job": job.id, "progress": progressed, "log": logged})
+    return {"seconds": time.monotonic() - started}
+
+
+@job_handler("probe.report", max_attempts=1)
+def report(payload):
+    return _report(payload)
+
+
+@job_handler("probe.report_atomic", atomic=True, max_attempts=1)
+def report_atomic(payload):
+    """Reports inside its completion's transaction; fails when ``fail`` says so."""
+    result = _report(payload)
+    if payload.get("fail"):
+        raise RuntimeError("failed after reporting")
+    return result
+
+
+@job_handler("probe.report_async", max_attempts=1)
+async def report_async(payload):
+    """Reports from a coroutine through ``aprogress`` and ``alog``."""
+    job = current_job()
+    assert await job.aprogress(0.25, message="a quarter")
+    assert await job.alog("from a coroutine", where="slot")
+    assert await job.aprogress(1, message="all")
+
+
+@job_handler("probe.report_and_wait", max_attempts=1)
+def report_and_wait(payload):
+    """Reports half done and one log line, then waits for the file ``go`` names to appear."""
+    job = current_job()
+    _started()
+    job.progress(1, 2, message="halfway")
+    job.log("waiting for the go", file=payload["go"])
+    while not os.path.exists(payload["go"]):
+        time.sleep(0.05)
+    job.progress(1, message="done")
+
+
 @task
 def snoozing_task(times):
     """A django.tasks task that snoozes ``times`` times (0.1 s each), then returns its run count."""
@@ -429,3 +478,23 @@ def snoozing_task(times):
     if runs <= times:
         raise Snooze(0.1)
     return {"runs": runs, "attempt": job.attempt}
+
+
+@task
+def reporting_task(lines):
+    """A django.tasks task that reports progress and log lines through current_job()."""
+    job = current_job()
+    job.progress(1, 4, message="a quarter")
+    for index in range(lines):
+        job.log(f"task line {index}", index=index)
+    job.progress(1, message="done")
+    return {"ok": True}
+
+
+@task
+async def reporting_task_async():
+    """An async django.tasks task: current_job() and its a-methods work inside it too."""
+    job = current_job()
+    await job.aprogress(0.5, message="half")
+    await job.alog("async task line")
+    return {"id": job.id}
