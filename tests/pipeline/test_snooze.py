@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 
 import pytest
 from django.db import connection
+from django.tasks.signals import task_finished, task_started
 from django.utils import timezone
 
 from queue_app import services
@@ -173,14 +174,52 @@ def test_an_atomic_handlers_writes_roll_back_with_its_snooze():
 
 
 def test_a_django_task_snoozes_uncounted():
-    result = snoozing_task.enqueue(2)
-    run_worker()
+    """A snooze is no outcome: task_started is sent for each run, task_finished once, at the
+    end (Django's signals, django/tasks/signals.py, announce a result's start and finish)."""
+    started, finished = [], []
+
+    def on_started(sender, task_result, **kwargs):
+        started.append(task_result.status)
+
+    def on_finished(sender, task_result, **kwargs):
+        finished.append(task_result.status)
+
+    task_started.connect(on_started)
+    task_finished.connect(on_finished)
+    try:
+        result = snoozing_task.enqueue(2)
+        run_worker()
+    finally:
+        task_started.disconnect(on_started)
+        task_finished.disconnect(on_finished)
     result.refresh()
     assert result.status == "SUCCESSFUL" and result.return_value == {"runs": 3, "attempt": 1}
+    assert len(started) == 3 and finished == ["SUCCESSFUL"]
     job = Job.objects.get(id=result.id)
     assert job.attempts == 1 and job.snoozes == 2
     # One attempt, one worker: the snoozed runs' claims are not attempts.
     assert result.worker_ids == ["test-worker"]
+
+
+def test_a_snoozed_claim_is_not_one_of_a_task_results_workers():
+    """worker_ids has one entry per attempt charged (Django's TaskResult.worker_ids): a
+    failed attempt on w1, a snooze on w2, the completion on w3 were two attempts."""
+    result = snoozing_task.enqueue(0)
+    Job.objects.filter(id=result.id).update(max_attempts=3)
+
+    def claim(worker):
+        Job.objects.filter(id=result.id).update(next_retry_at=None)  # due now, whatever it waits for
+        [claimed] = claim_jobs([result.id], worker_id=worker)
+        return claimed
+
+    first = claim("w1")
+    assert execution.fail_job(first.id, first.fence, "RuntimeError: once") == "queued"
+    second = claim("w2")
+    assert execution.snooze_job(second.id, second.fence, 60) == "queued"
+    third = claim("w3")
+    execution.complete_jobs([execution.Completion(third.id, third.fence, {"runs": 1})])
+
+    assert snoozing_task.get_result(result.id).worker_ids == ["w1", "w3"]
 
 
 @pytest.mark.parametrize("seconds", [-1, float("nan"), float("inf"), 10 * 365 * 24 * 3600 + 1, "5", True])
