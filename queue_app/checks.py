@@ -86,6 +86,21 @@ PROCESS_LOCAL_CACHES = (
 )
 
 
+def _is_admin(app: str) -> bool:
+    """Whether an INSTALLED_APPS entry is Django's admin: its module, or an AppConfig of it
+    (a project's own admin site is installed as a subclass of AdminConfig)."""
+    if app == "django.contrib.admin":
+        return True
+    from django.contrib.admin.apps import SimpleAdminConfig
+    from django.utils.module_loading import import_string
+
+    try:
+        config = import_string(app)
+    except ImportError:
+        return False
+    return isinstance(config, type) and issubclass(config, SimpleAdminConfig)
+
+
 @checks.register()
 def check_host_project(app_configs, **kwargs):
     """What a project that adds queue_app must also have; each message names what to add."""
@@ -112,8 +127,9 @@ def check_host_project(app_configs, **kwargs):
                     id="queue_app.E011",
                 )
             )
-    if "django.contrib.admin" in installed and "queue_app" in installed:
-        if installed.index("queue_app") > installed.index("django.contrib.admin"):
+    admin_at = next((index for index, app in enumerate(installed) if _is_admin(app)), None)
+    if admin_at is not None and "queue_app" in installed:
+        if installed.index("queue_app") > admin_at:
             messages.append(
                 checks.Warning(
                     "queue_app comes after django.contrib.admin in INSTALLED_APPS: the admin index"
