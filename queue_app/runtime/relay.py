@@ -86,7 +86,11 @@ def row_intent(row: ClaimedRow, fifo_queues: Mapping[str, bool]) -> broker.Inten
     own = row.member if row.action != OutboxMessage.Action.SCHEDULE else ""
     queued = job.status == Status.QUEUED
     if queued and job.next_retry_at is None:
-        if row.action == OutboxMessage.Action.ENQUEUE and own in ("", current):
+        # A schedule row whose time has come by the claim places the job as well: that
+        # row is the only one its retry wrote, so nothing else would put it in line.
+        if row.action == OutboxMessage.Action.SCHEDULE or (
+            row.action == OutboxMessage.Action.ENQUEUE and own in ("", current)
+        ):
             score = broker.ready_score(job.priority_value)
             return broker.Intent("enqueue", row.job_id, job.queue, fifo, score, current, row.to_head)
         if own == current:

@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 
 from queue_app import broker, services
-from queue_app.engine import outbox, sql
+from queue_app.engine import execution, outbox, sql
 from queue_app.models import OutboxMessage
 from queue_app.runtime.relay import Relay, row_intent
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
@@ -195,3 +195,22 @@ def test_a_relay_stops_when_only_rows_other_relays_hold_are_left(redis_client):
     assert relay.drain() == 0
     assert len(calls) == 1
     assert len(held.rows) == 5
+
+
+def test_a_retry_due_by_the_time_the_relay_claims_its_row_goes_to_the_ready_set(redis_client):
+    """A retry with a short backoff: by the relay's claim its time has come, and its
+    schedule row (the only row the retry writes) puts it in line at its ready member."""
+    job = enqueue_job("demo.echo")
+    relay = Relay()
+    relay.drain()
+    [claimed] = execution.claim_jobs([str(job.id)], worker_id="relay-test-worker")
+    assert execution.fail_job(str(job.id), claimed.fence, "RuntimeError: once", delay=0) == "queued"
+    assert OutboxMessage.objects.filter(job_id=job.id, action=OutboxMessage.Action.SCHEDULE).exists()
+    redis_client.flushdb()  # what the first push and the pop left is no part of this
+    assert relay.drain() == 1
+    job.refresh_from_db()
+    assert ready_ids(redis_client) == [str(job.id)]
+    assert redis_client.zcard(broker.retry_key("default")) == 0
+    assert redis_client.zrange(broker.priority_key("default"), 0, -1) == [
+        broker.ready_member(str(job.id), job.enqueued_at)
+    ]
