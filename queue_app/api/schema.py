@@ -83,3 +83,19 @@ class StrictSerializerExtension(OpenApiSerializerExtension):
                 if field.max_length is not None:
                     schema["properties"][name]["maxItems"] = field.max_length
         return schema
+
+
+class RetriedJobSerializerExtension(OpenApiSerializerExtension):
+    """The retry's answer is the job's component plus ``max_attempts_raised`` (allOf): listed
+    again in full, the job's ``status`` enum would appear in two components, and
+    drf-spectacular would name it by a hash, with a schema warning in every project."""
+
+    target_class = "queue_app.api.serializers.RetriedJobSerializer"
+
+    def map_serializer(self, auto_schema, direction) -> dict[str, Any]:
+        from queue_app.api.serializers import JobSerializer
+
+        job = auto_schema.resolve_serializer(JobSerializer, direction).ref
+        raised = auto_schema._map_serializer_field(self.target.fields["max_attempts_raised"], direction)
+        extra = {"type": "object", "properties": {"max_attempts_raised": raised}}
+        return {"allOf": [job, extra]}
