@@ -220,8 +220,9 @@ def check_cache_apart_from_queue(app_configs, **kwargs):
                 )
             else:
                 hint = (
-                    "Point CACHE_URL at another database or server; unset, it takes the other "
-                    "database of the queue's pair (0 <-> 1, 2 <-> 3, ...)."
+                    "Point the cache's LOCATION at another database or server (redis://host:6379/1, "
+                    "say). This project's own settings read it from CACHE_URL; unset, it takes the "
+                    "other database of the queue's pair (0 <-> 1, 2 <-> 3, ...)."
                 )
             errors.append(
                 checks.Error(

@@ -27,7 +27,7 @@ from django.conf import settings
 from playwright.sync_api import Route, expect, sync_playwright
 
 from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS
-from tests.helpers import PROJECT_ROOT, wait_until
+from tests.helpers import PROJECT_ROOT, kill_group, wait_until
 from tests.packaging.host import HostProject, base_environment, build_wheel, install
 from tests.packaging.tutorial import steps
 from tests.reconciler.proxy import free_port
@@ -101,7 +101,7 @@ class Api:
 
 def test_a_new_project_set_up_as_the_tutorial_says_runs_the_queue(tmp_path, host_database):
     venv = install(build_wheel(tmp_path), tmp_path / "venv")
-    stores = {**host_database, "REDIS_URL": settings.REDIS_URL}
+    stores = {**host_database, "REDIS_URL": settings.REDIS_URL, "CACHE_URL": settings.CACHE_URL}
     env = {**base_environment(tmp_path), **stores, "PYTHONUNBUFFERED": "1"}
     project = HostProject.start(venv, tmp_path / "project", "mysite", env)
     port = free_port()
@@ -130,9 +130,8 @@ def test_a_new_project_set_up_as_the_tutorial_says_runs_the_queue(tmp_path, host
         assert system is not None, "the page starts no process"
         _follow_the_page(project, venv, ran, system, base)
     finally:
-        if system is not None and system.process.poll() is None:
-            system.process.send_signal(signal.SIGKILL)
-            system.process.wait()
+        if system is not None:
+            kill_group(system.process)  # runsystem's children too, should the test fail midway
 
 
 def _follow_the_page(project, venv, ran, system, base):
