@@ -25,7 +25,9 @@ from queue_app.broker.scores import member_job_id
 class Intent:
     """One change to apply: what the relay (or reconciler) reads from an outbox row."""
 
-    action: str  # "enqueue" | "schedule" | "remove"
+    # "enqueue" | "schedule" | "remove" (from the ready and retry sets) | "unready" (from the
+    # ready set only: a member the job has left while its id waits in the retry set)
+    action: str
     job_id: str
     queue: str
     fifo: bool
@@ -57,6 +59,8 @@ def apply(client: redis.Redis, intents: Iterable[Intent]) -> None:
         elif intent.action == "remove":
             _remove_ready(pipe, intent)
             pipe.zrem(retry_key(intent.queue), intent.job_id)
+        elif intent.action == "unready":
+            _remove_ready(pipe, intent)
         else:
             raise ValueError(f"unknown outbox action {intent.action!r}")
     for queue in arrived:

@@ -95,6 +95,10 @@ def row_intent(row: ClaimedRow, fifo_queues: Mapping[str, bool]) -> broker.Inten
             return broker.Intent("enqueue", row.job_id, job.queue, fifo, score, current, row.to_head)
         if own == current:
             return None  # the job's place now: left alone
+        # A row of an earlier place: that member comes out of the ready set, and only it. The
+        # job's current place, written by a later row, may be the retry set still (due, not
+        # yet promoted): taking the id out of it would leave the job in no structure at all.
+        return broker.Intent("unready", row.job_id, row.queue, fifo, member=own)
     elif queued:
         # Out of the ready set (under the member this row knew), into the retry set.
         due = broker.due_score(job.next_retry_at)

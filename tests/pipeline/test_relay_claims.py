@@ -214,3 +214,24 @@ def test_a_retry_due_by_the_time_the_relay_claims_its_row_goes_to_the_ready_set(
     assert redis_client.zrange(broker.priority_key("default"), 0, -1) == [
         broker.ready_member(str(job.id), job.enqueued_at)
     ]
+
+
+def test_an_enqueue_row_sent_after_the_jobs_retry_leaves_the_retry_in_place(redis_client):
+    """The enqueuer pushed the job itself, so its enqueue row waits out RELAY_GRACE_SECONDS;
+    meanwhile the job ran, failed, and its retry (due at once) reached the retry set. The
+    late enqueue row names the job's first place: it takes that member out of the ready set
+    and leaves the retry set alone (taking the id out of it lost the retry for good)."""
+    job = enqueue_job("demo.echo")
+    [claimed] = execution.claim_jobs([str(job.id)], worker_id="relay-test-worker")
+    assert execution.fail_job(str(job.id), claimed.fence, "RuntimeError: once", delay=0) == "queued"
+    job.refresh_from_db()
+    first_place = OutboxMessage.objects.get(job_id=job.id, action=OutboxMessage.Action.ENQUEUE).member
+    retry = broker.retry_key("default")
+    redis_client.zadd(broker.priority_key("default"), {first_place: 0})
+    redis_client.zadd(retry, {str(job.id): broker.due_score(job.next_retry_at)})
+
+    late = [row for row in claim(10).rows if row.action == OutboxMessage.Action.ENQUEUE]
+    broker.apply(redis_client, [row_intent(row, {"default": False}) for row in late])
+
+    assert redis_client.zrange(retry, 0, -1) == [str(job.id)]
+    assert redis_client.zrange(broker.priority_key("default"), 0, -1) == []
