@@ -18,7 +18,7 @@ from queue_app.handlers import registered_types
 from queue_app.ids import parse_job_id
 from queue_app.models import Job
 
-# 8 to 31 hex digits: part of an id (the list shows its last 12).
+# 8 to 31 hex digits: part of an id (the list shows its last 8).
 ID_PREFIX = re.compile(r"^[0-9a-f]{8,31}$")
 
 
