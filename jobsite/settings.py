@@ -352,8 +352,19 @@ structlog.configure(
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"without_traceback": {"()": "jobsite.log_filters.WithoutTraceback"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler"},
+        "console_brief": {"class": "logging.StreamHandler", "filters": ["without_traceback"]},
+    },
     "root": {"handlers": ["console"], "level": "WARNING"},
-    # django.tasks' own lines (enqueued / state=RUNNING / state=SUCCESSFUL|FAILED with traceback).
-    "loggers": {"django.tasks": {"handlers": ["console"], "level": LOG_LEVEL, "propagate": False}},
+    "loggers": {
+        # django.tasks' own lines (enqueued / state=RUNNING / state=SUCCESSFUL|FAILED with traceback).
+        "django.tasks": {"handlers": ["console"], "level": LOG_LEVEL, "propagate": False},
+        # Django's lines once: its default adds a console handler of its own under DEBUG, and
+        # the root's printed each 4xx a second time.
+        "django": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        # A refused admin lookup or Host header is the client's mistake: one line, no traceback.
+        "django.security": {"handlers": ["console_brief"], "level": "WARNING", "propagate": False},
+    },
 }

@@ -32,6 +32,7 @@ from django.utils.html import format_html
 from queue_app import services
 from queue_app.admin import dashboard
 from queue_app.admin.changelist import DeclaredLookupsOnly
+from queue_app.admin.job_page import JobPageMixin
 from queue_app.admin.pagination import EstimatedCountPaginator
 from queue_app.admin.search import job_search_filter, log_search_filter, search_words
 from queue_app.conf import queue_settings
@@ -65,7 +66,9 @@ def status_badge(status: str) -> str:
 
 
 def short_id(value: uuid.UUID | str) -> str:
-    return str(value)[:8]
+    """The id's last 8 digits, random in a UUIDv7, where the first digits are the creation
+    time and read the same for every job of the same minute. The search box finds a job by it."""
+    return "…" + str(value)[-8:]
 
 
 def link_to_job(job_id: uuid.UUID) -> str:
@@ -254,7 +257,7 @@ class JobLogInline(admin.TabularInline):
 
 
 @admin.register(Job)
-class JobAdmin(HistoryAdmin):
+class JobAdmin(JobPageMixin, HistoryAdmin):
     list_display = (
         "short_id",
         "job_type",
@@ -282,13 +285,14 @@ class JobAdmin(HistoryAdmin):
     # Matched by job_search_filter (not Django's icontains on each field).
     search_fields = ("id", "type", "idempotency_key", "unique_key", "last_error")
     search_help_text = (
-        "Whole job ids (spaces or commas between), the first 8+ characters of one, an idempotency key"
-        " or a unique key, a job type, or words of the last error in their order."
+        "Whole job ids (spaces or commas between), 8+ characters of one (the short id shown here),"
+        " an idempotency key or a unique key, a job type, or words of the last error in their order."
     )
     date_hierarchy = "created_at"
     ordering = ("-created_at",)
     inlines = (JobLogInline,)
     actions = ("cancel_selected", "retry_selected", "reenqueue_selected")
+    page_buttons = (("cancel", "cancel_selected", CANCEL_SOURCES), ("retry", "retry_selected", RETRY_SOURCES))
     readonly_fields = (
         "status_badge",
         "attempts_of_max",

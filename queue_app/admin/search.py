@@ -11,13 +11,14 @@ from __future__ import annotations
 import re
 import uuid
 
-from django.db.models import F, Lookup, Q
+from django.db.models import F, Lookup, Q, TextField, Value
+from django.db.models.functions import Cast, Replace
 
 from queue_app.handlers import registered_types
 from queue_app.ids import parse_job_id
 from queue_app.models import Job
 
-# 8 to 31 hex digits: the start of an id, as the list shows it (dashes allowed).
+# 8 to 31 hex digits: part of an id (the list shows its last 8).
 ID_PREFIX = re.compile(r"^[0-9a-f]{8,31}$")
 
 
@@ -30,12 +31,27 @@ def full_id(term: str) -> uuid.UUID | None:
     return parse_job_id(term)
 
 
-def _id_prefix_range(term: str) -> tuple[uuid.UUID, uuid.UUID] | None:
+def id_digits(term: str) -> str | None:
+    """A term's hex digits when it is part of an id, as the list shows it or pasted from
+    anywhere (dashes and a leading ellipsis left out); None for other text."""
+    digits = term.lstrip("….").replace("-", "").lower()
+    return digits if ID_PREFIX.match(digits) else None
+
+
+def _id_prefix_range(digits: str) -> tuple[uuid.UUID, uuid.UUID]:
     """The id range a hex prefix covers: a range scan of the primary key, not a text match."""
-    digits = term.replace("-", "").lower()
-    if not ID_PREFIX.match(digits):
-        return None
     return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
+
+
+def id_fragment_filter(digits: str) -> Q:
+    """Ids starting with ``digits`` (a primary-key range) when there are any, else ids that
+    hold them anywhere, such as the tail the list shows: one scan of the ids' text, run
+    only when the indexed range has found nothing."""
+    prefix = Q(id__range=_id_prefix_range(digits))
+    if Job.objects.filter(prefix).exists():
+        return prefix
+    hex_text = Replace(Cast("id", TextField()), Value("-"), Value(""))
+    return Q(ILike(hex_text, f"%{digits}%"))
 
 
 class ILike(Lookup):
@@ -71,9 +87,10 @@ def job_search_filter(search_term: str) -> Q:
     """What the search box matches, shaped so PostgreSQL can use the job table's indexes.
 
     One or more full ids match the primary key (or an idempotency or unique
-    key) exactly. A hex prefix of 8+ digits, like the short id in the list, is
-    a primary-key range. Text that is an idempotency key or a unique key finds
-    the jobs holding it (a probe of each key's index, which the key leads).
+    key) exactly. A hex prefix of 8+ digits is a primary-key range; other 8+
+    digits of an id, like the tail the list shows, match where they stand in it.
+    Text that is an idempotency key or a unique key finds the jobs holding it
+    (a probe of each key's index, which the key leads).
     Anything else matches a registered type containing it (an indexed
     IN list, from the registry) or the last error containing its words in
     order: one ILIKE, skipping the empty errors of successful jobs, so the
@@ -87,17 +104,17 @@ def job_search_filter(search_term: str) -> Q:
     ids = [full_id(word) for word in words]
     if all(ids):
         return Q(id__in=ids) | exact_key
-    id_range = _id_prefix_range(text) if len(words) == 1 else None
+    digits = id_digits(text) if len(words) == 1 else None
     # All-digit words are as likely to be numbers in an error message.
-    if id_range is not None and not text.isdigit():
-        return Q(id__range=id_range) | exact_key
+    if digits is not None and not text.isdigit():
+        return id_fragment_filter(digits) | exact_key
     if Job.objects.filter(exact_key).exists():
         return exact_key
     types = [name for name in registered_types() if text.lower() in name.lower()]
     matches = Q(type__in=[text, *types]) | (
         ~Q(last_error="") & Q(ILike(F("last_error"), words_pattern(words)))
     )
-    return matches | Q(id__range=id_range) if id_range is not None else matches
+    return matches | Q(id__range=_id_prefix_range(digits)) if digits is not None else matches
 
 
 def log_search_filter(search_term: str) -> Q:

@@ -24,7 +24,7 @@ from queue_app.exceptions import UnknownJobType
 from queue_app.handlers import get_handler
 from queue_app.models import Job, JobLog
 from queue_app.services import MAX_ATTEMPTS_LIMIT, JobRequest, check_run_at
-from queue_app.states import DEFAULT_UNIQUE_STATES, Priority, Status
+from queue_app.states import DEFAULT_UNIQUE_STATES, PRIORITY_MAX, PRIORITY_MIN, Priority, Status
 
 MAX_BULK_JOBS = 1000
 # Far enough for any real schedule, near enough that now + delay is a valid time.
@@ -59,6 +59,34 @@ class StrictChoiceField(serializers.ChoiceField):
         if not isinstance(data, str):
             self.fail("invalid")
         return super().to_internal_value(data)
+
+
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "string", "enum": list(Priority.values)},
+            {"type": "integer", "minimum": PRIORITY_MIN, "maximum": PRIORITY_MAX},
+        ],
+        "default": Priority.MEDIUM.value,
+    }
+)
+class PriorityField(serializers.Field):
+    """A named tier or an integer (higher runs sooner), as ``enqueue_job`` takes it."""
+
+    default_error_messages = {
+        "invalid": f"Must be one of {', '.join(Priority.values)}, or an integer from {PRIORITY_MIN}"
+        f" to {PRIORITY_MAX}."
+    }
+
+    def to_internal_value(self, data: Any) -> str | int:
+        if isinstance(data, str) and data in Priority.values:
+            return data
+        if isinstance(data, int) and not isinstance(data, bool) and PRIORITY_MIN <= data <= PRIORITY_MAX:
+            return data
+        self.fail("invalid")
+
+    def to_representation(self, value: Any) -> Any:
+        return value
 
 
 class StrictIntegerField(serializers.IntegerField):
@@ -188,7 +216,11 @@ class JobCreateSerializer(StrictSerializer):
 
     type = JobTypeField(help_text="A registered job type.")
     payload = PayloadField(required=False, default=dict, help_text="A JSON object (size and depth limited).")
-    priority = StrictChoiceField(choices=Priority.choices, default=Priority.MEDIUM)
+    priority = PriorityField(
+        default=Priority.MEDIUM.value,
+        help_text="high, medium or low, or an integer from -100 to 100 (high is 10, medium 0, low -10);"
+        " higher runs sooner.",
+    )
     queue = QueueNameField(default="default", help_text="A configured queue.")
     max_attempts = StrictIntegerField(
         min_value=1,
@@ -305,6 +337,7 @@ class JobSerializer(serializers.ModelSerializer):
             "queue",
             "payload",
             "priority",
+            "priority_value",
             "status",
             "attempts",
             "max_attempts",
@@ -377,6 +410,7 @@ def job_body(job: Job, request) -> dict[str, Any]:
         "queue": text(job.queue),
         "payload": job.payload,
         "priority": text(job.priority),
+        "priority_value": job.priority_value,
         "status": text(job.status),
         "attempts": job.attempts,
         "max_attempts": job.max_attempts,

@@ -145,6 +145,7 @@ class Reconciler:
         self.queues = dict(settings.QUEUES)
         # Where the run summary (and, in a dry run, each would-be change) is written.
         self.report = report or (lambda line: None)
+        self._looping = False
         # Ids per Lua call stay well below Lua's unpack() limit (about 8000).
         self._script_chunk = min(self.batch_size, 1000)
         self._stop = StopSignal()
@@ -188,7 +189,10 @@ class Reconciler:
             seconds=round(result.seconds, 3),
             **{action: self._counts[action] for action in ACTIONS},
         )
-        self.report(result.summary())
+        # A loop reports a pass that did something; its idle passes are in the log alone.
+        acted = any(count for action, count in self._counts.items() if not action.startswith("skipped"))
+        if acted or not self._looping:
+            self.report(result.summary())
         if not self.dry_run:
             metrics.reconciler_acted(self._counts)
         return result
@@ -200,6 +204,7 @@ class Reconciler:
         most once per interval while the outage lasts, and the loop resumes by
         itself when the store answers again.
         """
+        self._looping = True
         guard = OutageGuard("reconciler", max_backoff=interval, log_every=interval)
         log.info("reconciler_started", interval=interval, dry_run=self.dry_run, batch_size=self.batch_size)
         while not self.stopping:

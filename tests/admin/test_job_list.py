@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from urllib.parse import quote
 
 import pytest
 from django.db import connection
@@ -34,7 +35,7 @@ def test_columns_show_id_badge_attempts_duration_and_error_excerpt(admin_client)
     response = admin_client.get(changelist())
     html = response.content.decode()
     assert listed_ids(response) == {str(failed.id)}
-    assert f'<code title="{failed.id}">{str(failed.id)[:8]}</code>' in cell(html, "short_id")
+    assert f'<code title="{failed.id}">…{str(failed.id)[-8:]}</code>' in cell(html, "short_id")
     assert cell(html, "job_type") == "demo.fail"
     assert cell(html, "queue") == "default"
     assert cell(html, "status_badge") == '<span class="job-status job-status-failed">failed</span>'
@@ -110,6 +111,23 @@ def test_search_by_short_id_is_a_primary_key_range(admin_client):
         assert str(other.id) not in listed_ids(response)
     page_query = [sql for sql in job_queries(captured) if "ORDER BY" in sql][-1]
     assert '"jobs"."id" BETWEEN' in page_query and "LIKE" not in page_query
+
+
+def test_jobs_of_one_minute_show_short_ids_that_differ(admin_client):
+    """UUIDv7 ids of one minute share their first 8 digits; the list shows their tails."""
+    jobs = [make_job() for _ in range(20)]
+    assert len({str(job.id)[:8] for job in jobs}) < 20  # what the first digits would show
+    html = admin_client.get(changelist()).content.decode()
+    shown = re.findall(r'<code title="[^"]+">…([0-9a-f]{8})</code>', html)
+    assert sorted(shown) == sorted(str(job.id)[-8:] for job in jobs)
+
+
+@pytest.mark.parametrize("typed", ["{tail}", "…{tail}", "...{tail}", "{middle}"])
+def test_search_by_the_short_id_shown_or_any_eight_digits_of_an_id(admin_client, typed):
+    wanted, _other = make_job(), make_job()  # the other one is not listed
+    hex_id = wanted.id.hex
+    term = typed.format(tail=str(wanted.id)[-8:], middle=hex_id[10:20])
+    assert listed_ids(admin_client.get(changelist(f"q={quote(term)}"))) == {str(wanted.id)}
 
 
 def test_search_several_full_ids(admin_client):

@@ -16,6 +16,7 @@ JOB_FIELDS = {
     "queue",
     "payload",
     "priority",
+    "priority_value",
     "status",
     "attempts",
     "max_attempts",
@@ -67,6 +68,29 @@ def test_defaults_come_from_the_handler_then_the_settings(api):
     assert probe["max_attempts"] == 5  # registered with max_attempts=5
     assert probe["priority"] == "medium" and probe["payload"] == {}
     assert demo["max_attempts"] == 7
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("given", "tier", "value"),
+    [(-5, "low", -5), (0, "medium", 0), (100, "high", 100), (-100, "low", -100), ("high", "high", 10)],
+)
+def test_priority_is_a_named_tier_or_an_integer_from_minus_100_to_100(api, given, tier, value):
+    """As enqueue_job and django.tasks take it (docs/reference/rest-api.md says the same)."""
+    body = submit(api, type="demo.echo", priority=given).json()
+    assert (body["priority"], body["priority_value"]) == (tier, value)
+    job = Job.objects.get(id=body["id"])
+    assert (job.priority, job.priority_value) == (tier, value)
+
+
+@pytest.mark.django_db
+def test_an_invalid_priority_is_refused_with_what_is_valid(api):
+    response = submit(api, type="demo.echo", priority=-500)
+    assert response.status_code == 400
+    assert response.json()["errors"] == {
+        "priority": ["Must be one of high, medium, low, or an integer from -100 to 100."]
+    }
+    assert not Job.objects.exists()
 
 
 @pytest.mark.django_db
