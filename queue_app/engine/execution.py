@@ -25,6 +25,7 @@ from queue_app.engine.transitions import (
     record_transitions,
     table_params,
     transition,
+    transitioned,
 )
 from queue_app.exceptions import failure_cause
 from queue_app.handlers import get_handler
@@ -56,6 +57,14 @@ class Claim:
 
     jobs: list[ClaimedJob]
     held_back: dict[str, list[str]]  # queue -> ids, in pop order
+
+
+# The claim settles an expired id it pops (claim_v4.sql): bound from the table like its own.
+_EXPIRE_PARAMS = {
+    "expire_target": transition("expire").target,
+    "expire_event": transition("expire").event,
+    "expire_level": transition("expire").level,
+}
 
 
 def claim_jobs(ids: Sequence[str], *, worker_id: str) -> list[ClaimedJob]:
@@ -104,6 +113,7 @@ def claim(
             "exclusive": [queues[name] for name in names],
             "lock_class": QUEUE_LOCK_CLASS,
             **table_params("claim"),
+            **_EXPIRE_PARAMS,
         }
         # One statement alone is its own transaction; with completions, one round trip for both.
         with sql.one_round_trip() if completions else nullcontext():
@@ -364,6 +374,32 @@ def _spec_or_none(job_type: str | None):
         return get_handler(job_type)
     except Exception:  # noqa: BLE001 - an unregistered type just uses the defaults
         return None
+
+
+def expire_queued_jobs(limit: int = 1000, *, queues: Sequence[str] | None = None) -> list[TransitionedJob]:
+    """Settle as expired up to ``limit`` queued jobs past their expires_at (of ``queues`` when
+    given), with their log rows and outbox rows taking their ids out of Redis.
+
+    The claim settles an expired id it pops itself; this reaches the ones no worker pops
+    (a paused queue, a backlog, ids lost from Redis), so none sits queued for ever.
+    """
+    row = transition("expire")
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                sql.query("expire_queued_jobs"),
+                {
+                    "sources": sorted(row.sources),
+                    "target": row.target,
+                    "limit": limit,
+                    "queues": None if queues is None else list(queues),
+                },
+            )
+            jobs = [transitioned(found) for found in cursor.fetchall()]
+        record_transitions(row, jobs, message="not started by its expiry")
+    if jobs:
+        log.info("jobs_expired", count=len(jobs))
+    return jobs
 
 
 def rescue_expired_leases(limit: int = 1000, *, queues: Sequence[str] | None = None) -> list[TransitionedJob]:

@@ -8,7 +8,9 @@ Three chores keep a queue moving between reconcile passes:
   (``broker.take_due``, priorities looked up in PostgreSQL), every SWEEP_SECONDS;
 - lease rescue: jobs whose worker stopped heartbeating are requeued or failed
   (``execution.rescue_expired_leases``), every LEASE_RESCUE_SECONDS, their Redis
-  intents going out through the outbox.
+  intents going out through the outbox;
+- expiry: queued jobs past their ``expires_at`` that no claim met are settled as
+  expired (``execution.expire_queued_jobs``), with the lease rescue.
 
 Each is safe to run twice at once (the scripts move only what the calling call
 removed, the rescue is a conditional UPDATE with SKIP LOCKED), so the election
@@ -172,6 +174,9 @@ class Maintenance:
         rescued = _in_batches(lambda: len(execution.rescue_expired_leases(limit=BATCH_SIZE, queues=queues)))
         if rescued:
             log.info("leases_rescued", queues=queues, count=rescued, holder=self.holder)
+        expired = _in_batches(lambda: len(execution.expire_queued_jobs(limit=BATCH_SIZE, queues=queues)))
+        if expired:
+            log.info("queued_jobs_expired", queues=queues, count=expired, holder=self.holder)
 
 
 def _in_batches(batch: Callable[[], int]) -> int:

@@ -9,7 +9,8 @@ SELECT pg_advisory_xact_lock(%(lock_class)s, hashtext(%(name)s))
 -- name: claim_queues
 -- For a claim whose caller did not say: the queues of the ids, and which have a limit.
 SELECT DISTINCT jobs.queue,
-       coalesce(q.concurrency_limit IS NOT NULL OR q.rate_limit IS NOT NULL, false)
+       coalesce(q.concurrency_limit IS NOT NULL OR q.rate_limit IS NOT NULL
+                OR q.key_concurrency_limit IS NOT NULL OR q.key_rate_limit IS NOT NULL, false)
   FROM jobs LEFT JOIN job_queues q ON q.name = jobs.queue
  WHERE jobs.id = ANY(%(ids)s::uuid[])
  ORDER BY jobs.queue

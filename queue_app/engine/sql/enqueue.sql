@@ -16,11 +16,12 @@ WITH job AS (
     INSERT INTO jobs (id, type, queue, payload, priority, priority_value, status, attempts, max_attempts,
                       next_retry_at, enqueued_at, last_error, last_error_class, last_error_traceback,
                       idempotency_key,
-                      idempotency_fingerprint, unique_key, owner_id, worker_id, backend, trace_context)
+                      idempotency_fingerprint, unique_key, expires_at, concurrency_key, owner_id, worker_id, backend,
+                      trace_context)
     VALUES (%(id)s, %(type)s, %(queue)s, %(payload)s::jsonb, %(priority)s, %(priority_value)s, %(status)s,
             0, %(max_attempts)s,
             %(next_retry_at)s, %(enqueued_at)s, '', '', '', %(idempotency_key)s,
-            %(fingerprint)s, %(unique_key)s, %(owner_id)s, '', %(backend)s, %(trace_context)s::jsonb)
+            %(fingerprint)s, %(unique_key)s, %(expires_at)s, %(concurrency_key)s, %(owner_id)s, '', %(backend)s, %(trace_context)s::jsonb)
         ON CONFLICT (idempotency_key, owner_id) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, created_at
 ), logged AS (
@@ -49,16 +50,18 @@ WITH request AS (
       FROM json_to_recordset(%(jobs)s::json)
            AS r(position int, id uuid, type text, queue text, payload text, priority text, priority_value int,
                 max_attempts int, next_retry_at timestamptz, enqueued_at timestamptz,
-                idempotency_key text, fingerprint text, unique_key text, backend text, message text, extra text,
+                idempotency_key text, fingerprint text, unique_key text, expires_at timestamptz,
+                concurrency_key text, backend text, message text, extra text,
                 action text, score float8, member text, direct boolean)
 ), job AS (
     INSERT INTO jobs (id, type, queue, payload, priority, priority_value, status, attempts, max_attempts,
                       next_retry_at, enqueued_at, last_error, last_error_class, last_error_traceback,
                       idempotency_key,
-                      idempotency_fingerprint, unique_key, owner_id, worker_id, backend, trace_context)
+                      idempotency_fingerprint, unique_key, expires_at, concurrency_key, owner_id, worker_id, backend,
+                      trace_context)
     SELECT id, type, queue, payload::jsonb, priority, priority_value, %(status)s, 0, max_attempts,
            next_retry_at, enqueued_at, '', '', '', idempotency_key,
-           fingerprint, unique_key, %(owner_id)s, '', backend, %(trace_context)s::jsonb
+           fingerprint, unique_key, expires_at, concurrency_key, %(owner_id)s, '', backend, %(trace_context)s::jsonb
       FROM request
      ORDER BY idempotency_key NULLS LAST, position
         ON CONFLICT (idempotency_key, owner_id) WHERE idempotency_key IS NOT NULL DO NOTHING

@@ -31,6 +31,15 @@ SELECT id::text, attempts, max_attempts
  ORDER BY id
  LIMIT %(limit)s
 
+-- name: expired_jobs_page
+-- One page of queued jobs past their expiry (what a dry run would settle as expired).
+SELECT id::text
+  FROM jobs
+ WHERE status = 'queued' AND expires_at IS NOT NULL AND expires_at <= now()
+   AND (%(after)s::uuid IS NULL OR id > %(after)s::uuid)
+ ORDER BY id
+ LIMIT %(limit)s
+
 -- name: known_ids
 -- Status, queue and relay-pending flag of the ids found in Redis: one
 -- primary-key probe per id. (With "id = ANY(array)" the planner prefers a
