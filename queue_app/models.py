@@ -58,6 +58,10 @@ class Job(models.Model):
     # Jobs sharing a key (e.g. "customer:42") share their queue's per-key limits
     # (QueueState.key_concurrency_limit, key_rate_limit). NULL = no key.
     concurrency_key = models.CharField(max_length=255, null=True, blank=True)
+    # A queued job with a key waits out of Redis while another job of its key is ready:
+    # each key has one id in line at a time, and the claim that takes it puts the key's
+    # next job at the back of the line (round robin among keys, claim_v4.sql).
+    parked = models.BooleanField(default=False, db_default=False)
     # Indexed only where set (see Meta): jobs enqueued from code have no owner.
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL,
@@ -105,6 +109,19 @@ class Job(models.Model):
                 fields=["queue", "concurrency_key"],
                 name="idx_jobs_running_key",
                 condition=models.Q(status__in=["processing", "cancelling"], concurrency_key__isnull=False),
+            ),
+            # A key's next job, when the claim (or the maintenance leader) gives the key its turn.
+            models.Index(
+                fields=["queue", "concurrency_key", "-priority_value", "enqueued_at"],
+                name="idx_jobs_parked_key",
+                condition=models.Q(parked=True, status="queued"),
+            ),
+            # A keyed job's ready (or waiting) id in line, if any: the enqueue parks the new
+            # job behind it, the claim gives the key its next turn only without one.
+            models.Index(
+                fields=["queue", "concurrency_key"],
+                name="idx_jobs_queued_key",
+                condition=models.Q(status="queued", concurrency_key__isnull=False, parked=False),
             ),
             # The maintenance leader settles queued jobs past their expiry that no worker popped.
             models.Index(

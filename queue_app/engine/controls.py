@@ -29,6 +29,10 @@ log = get_logger("queue_app.controls")
 
 # The first key of every queue advisory lock (the second is hashtext(name)).
 QUEUE_LOCK_CLASS = 0x51554555
+# The first key of every concurrency key's advisory lock (the second is
+# hashtext(queue || '/' || key)): the enqueue takes it to park a job behind its key's job in
+# line, the claim tries it to give the key its next turn (engine/sql/schema/claim_v4.sql).
+KEY_LOCK_CLASS = QUEUE_LOCK_CLASS + 1
 
 # What a limit may be set to; larger numbers would mean "no limit" anyway.
 MAX_CONCURRENCY_LIMIT = 1_000_000

@@ -20,6 +20,7 @@ from django.utils import timezone
 from queue_app import broker
 from queue_app.conf import QueueSettings, queue_settings
 from queue_app.engine import sql
+from queue_app.engine.controls import KEY_LOCK_CLASS
 from queue_app.engine.outbox import ready_placement
 from queue_app.engine.uniqueness import Uniqueness, checked_uniqueness, lock_and_find
 from queue_app.exceptions import (
@@ -259,6 +260,8 @@ class _Planned:
     fingerprints: tuple[str, str]
     uniqueness: Uniqueness | None
     expires_at: datetime | None
+    # Kept out of Redis behind its key's job in line (decided under the key's lock).
+    parked: bool = False
 
 
 def _plan(item: _Checked, now: datetime) -> _Planned:
@@ -316,6 +319,7 @@ def _row_values(job: _Planned, settings: QueueSettings) -> dict[str, Any]:
         "unique_key": request.unique_key,
         "expires_at": job.expires_at,
         "concurrency_key": request.concurrency_key,
+        "parked": False,
         "backend": request.backend,
         "message": f"enqueued on {job.queue} ({job.priority})",
         "extra": json.dumps({"run_at": job.next_retry_at.isoformat()}) if job.next_retry_at else "{}",
@@ -406,6 +410,7 @@ def _created_job(planned: _Planned, owner, created_at: datetime, trace_context) 
         "unique_key": request.unique_key,
         "expires_at": planned.expires_at,
         "concurrency_key": request.concurrency_key,
+        "parked": planned.parked,
         "owner_id": getattr(owner, "pk", None),
         "worker_id": "",
         "lease_expires_at": None,
@@ -475,6 +480,36 @@ def _held_keys(planned: list[_Planned], owner) -> dict[int, Job | int]:
     return held
 
 
+def _takes_turns(job: _Planned) -> bool:
+    return job.request.concurrency_key is not None and job.next_retry_at is None
+
+
+def _park(planned: list[_Planned], rows: list[dict[str, Any]], indexes: list[int]) -> None:
+    """Park each job (of ``indexes``) whose key already has a job in line, or gets one
+    earlier in this call: one id per key in Redis at a time, the claim of which gives the
+    key its next turn (round robin among keys, claim_v4.sql). Takes the keys' locks, held
+    until the caller's transaction ends."""
+    pairs = sorted({(planned[index].queue, str(planned[index].request.concurrency_key)) for index in indexes})
+    params = {
+        "lock_class": KEY_LOCK_CLASS,
+        "queues": [queue for queue, _ in pairs],
+        "keys": [key for _, key in pairs],
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(sql.query("lock_keys"), params)
+        # A statement of its own: its snapshot is taken once the locks are held.
+        cursor.execute(sql.query("keys_in_line"), params)
+        in_line = set(cursor.fetchall())
+    for index in indexes:
+        job = planned[index]
+        pair = (job.queue, str(job.request.concurrency_key))
+        job.parked = pair in in_line
+        rows[index]["parked"] = job.parked
+        if job.parked:
+            rows[index]["direct"] = False  # no outbox row: nothing to push
+        in_line.add(pair)
+
+
 def _duplicate(job: Job) -> Job:
     """The job a unique request matched, marked as such (a copy: one job may be returned
     for several requests of one call, the first of them its creator)."""
@@ -494,13 +529,17 @@ def _write(
     """
     keyed = [job.request.idempotency_key for job in planned if job.request.idempotency_key]
     unique = any(job.uniqueness for job in planned)
+    # A job with a concurrency key (and no start time) may park behind its key's job in line.
+    turns = [index for index, job in enumerate(planned) if _takes_turns(job)]
     # One statement is atomic on its own, so without a caller's transaction it
     # runs in autocommit: no BEGIN/COMMIT round trips. A savepoint (or a
     # transaction) is needed only when a key conflict must undo the call's other
     # jobs, or to hold unique keys' locks until the jobs that take them commit.
-    block = transaction.atomic() if unique or (keyed and len(planned) > 1) else nullcontext()
+    block = transaction.atomic() if unique or turns or (keyed and len(planned) > 1) else nullcontext()
     with block:
         held = _held_keys(planned, owner) if unique else {}
+        if turns:
+            _park(planned, rows, [index for index in turns if index not in held])
         inserted = [row for index, row in enumerate(rows) if index not in held]
         created_at: dict[uuid.UUID, datetime] = {}
         if inserted:

@@ -17,7 +17,7 @@ from django.db import connection, transaction
 
 from queue_app.conf import queue_settings
 from queue_app.engine import selectors, sql
-from queue_app.engine.controls import QUEUE_LOCK_CLASS
+from queue_app.engine.controls import KEY_LOCK_CLASS, QUEUE_LOCK_CLASS
 from queue_app.engine.retry_policy import backoff_delay, failure_policy  # noqa: F401 - the runtime's
 from queue_app.engine.transitions import (
     TransitionedJob,
@@ -57,6 +57,8 @@ class Claim:
 
     jobs: list[ClaimedJob]
     held_back: dict[str, list[str]]  # queue -> ids, in pop order
+    # Of those, the ids held back by their concurrency key's limits (not their queue's).
+    held_by_key: frozenset[str] = frozenset()
 
 
 # The claim settles an expired id it pops (claim_v4.sql): bound from the table like its own.
@@ -128,9 +130,12 @@ def claim(
     position = {job_id: index for index, job_id in enumerate(valid_ids)}
     rows.sort(key=lambda row: position[str(row[0])])
     claimed = []
+    held_by_key = set()
     for row in rows:
         if not row[7]:
             held_back.setdefault(row[2], []).append(str(row[0]))
+            if row[1] == "key":
+                held_by_key.add(str(row[0]))
             continue
         claimed.append(
             ClaimedJob(
@@ -152,7 +157,7 @@ def claim(
     settled = {job.id for job in claimed} | {job_id for v in held_back.values() for job_id in v}
     if len(settled) < len(set(ids)):
         _log_unclaimed(set(ids) - settled)
-    return Claim(claimed, held_back)
+    return Claim(claimed, held_back, frozenset(held_by_key))
 
 
 def _json(value: Any) -> Any:
@@ -171,6 +176,8 @@ def _log_unclaimed(ids: set[str]) -> None:
     for job_id in ids:
         if job_id not in found:
             log.warning("job_not_found_in_db", job_id=job_id)
+        elif found[job_id] == Status.EXPIRED:
+            log.info("job_expired_unstarted", job_id=job_id)
         else:
             log.warning("job_status_not_queued", job_id=job_id, status=found[job_id])
 
@@ -400,6 +407,21 @@ def expire_queued_jobs(limit: int = 1000, *, queues: Sequence[str] | None = None
     if jobs:
         log.info("jobs_expired", count=len(jobs))
     return jobs
+
+
+def release_stalled_keys(queues: Sequence[str], *, limit: int = 1000) -> int:
+    """Give their next turn to keys of ``queues`` with parked jobs and none in line (their
+    ready job was cancelled, or the claim that took it could not lock the key): how many
+    jobs were unparked (sent to Redis through the outbox). See claim_v4.sql."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql.query("release_stalled_keys"),
+            {"queues": list(queues), "lock_class": KEY_LOCK_CLASS, "limit": limit},
+        )
+        released = cursor.fetchone()[0]
+    if released:
+        log.info("key_turns_released", count=released)
+    return released
 
 
 def rescue_expired_leases(limit: int = 1000, *, queues: Sequence[str] | None = None) -> list[TransitionedJob]:

@@ -50,6 +50,11 @@ class Migration(migrations.Migration):
         ),
         migrations.AddField(
             model_name="job",
+            name="parked",
+            field=models.BooleanField(db_default=False, default=False),
+        ),
+        migrations.AddField(
+            model_name="job",
             name="expires_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
@@ -113,6 +118,22 @@ class Migration(migrations.Migration):
         AddIndexConcurrently(
             model_name="job",
             index=models.Index(
+                condition=models.Q(("parked", True), ("status", "queued")),
+                fields=["queue", "concurrency_key", "-priority_value", "enqueued_at"],
+                name="idx_jobs_parked_key",
+            ),
+        ),
+        AddIndexConcurrently(
+            model_name="job",
+            index=models.Index(
+                condition=models.Q(("concurrency_key__isnull", False), ("parked", False), ("status", "queued")),
+                fields=["queue", "concurrency_key"],
+                name="idx_jobs_queued_key",
+            ),
+        ),
+        AddIndexConcurrently(
+            model_name="job",
+            index=models.Index(
                 condition=models.Q(("expires_at__isnull", False), ("status", "queued")),
                 fields=["expires_at"],
                 name="idx_jobs_queued_expiry",
@@ -120,10 +141,11 @@ class Migration(migrations.Migration):
         ),
         RunSQLFile(
             "claim_v4.sql",
-            sha256="9282bbf20a8fedb6deb787fd05da0051d0ba30bc337d99d4b1c0d8aaf8e184a5",
+            sha256="0b85835a2a4aea717758b1ceb9e7e60878f8d4d15f1688eb34704ab5924406d4",
             reverse_sql=(
                 f"DROP FUNCTION queue_claim_jobs_v4({ARGUMENTS});"
-                f" DROP FUNCTION queue_claim_controlled_jobs_v4({ARGUMENTS})"
+                f" DROP FUNCTION queue_claim_controlled_jobs_v4({ARGUMENTS});"
+                " DROP FUNCTION queue_release_stalled_keys_v1(text[], integer, integer)"
             ),
         ),
     ]

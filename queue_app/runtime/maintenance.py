@@ -10,7 +10,10 @@ Three chores keep a queue moving between reconcile passes:
   (``execution.rescue_expired_leases``), every LEASE_RESCUE_SECONDS, their Redis
   intents going out through the outbox;
 - expiry: queued jobs past their ``expires_at`` that no claim met are settled as
-  expired (``execution.expire_queued_jobs``), with the lease rescue.
+  expired (``execution.expire_queued_jobs``), with the lease rescue;
+- key turns: a concurrency key with parked jobs and none in line (its ready job
+  was cancelled, or the claim could not lock the key) gets its next job sent to
+  Redis (``execution.release_stalled_keys``), every SWEEP_SECONDS.
 
 Each is safe to run twice at once (the scripts move only what the calling call
 removed, the rescue is a conditional UPDATE with SKIP LOCKED), so the election
@@ -144,6 +147,7 @@ class Maintenance:
             promoted = _in_batches(lambda queue=queue: self._promote(client, queue))
             if promoted:
                 log.debug("retry_promoted", queue=queue, count=promoted, holder=self.holder)
+        execution.release_stalled_keys(sorted(self.leading), limit=BATCH_SIZE)
 
     def _promote(self, client: Any, queue: str) -> int:
         """Move one batch of due ids of ``queue`` to their ready structures; returns how many were taken."""

@@ -117,6 +117,8 @@ class QueuedJob:
     due: bool
     relay_pending: bool
     recent: bool
+    # Waits out of Redis behind its concurrency key's job in line: nothing to restore.
+    parked: bool = False
 
 
 @dataclass(frozen=True)
@@ -320,7 +322,8 @@ class Reconciler:
                     chunk=self._script_chunk,
                 )
             for page in self._pages("queued_jobs_page", {"grace": self.grace_seconds}):
-                self._restore_page(client, [QueuedJob(*row) for row in page], token)
+                jobs = [QueuedJob(*row) for row in page]
+                self._restore_page(client, [job for job in jobs if not job.parked], token)
             if not self.dry_run:
                 # A crash before or during this leaves the rest of the staged ids only
                 # in the staging key, which expires; the next run finds those jobs

@@ -242,3 +242,70 @@ def test_the_reconciler_settles_expired_jobs_of_every_queue(redis_client):
     report = Reconciler().run_once()
     assert report.counts["expired"] == 1
     assert Job.objects.get(id=gone.id).status == "expired"
+
+
+def _outbox_actions(job_id) -> list[str]:
+    from queue_app.models import OutboxMessage
+
+    return list(OutboxMessage.objects.filter(job_id=job_id).values_list("action", flat=True))
+
+
+@pytest.mark.django_db
+def test_a_keys_jobs_park_behind_its_job_in_line_and_each_claim_gives_the_next_its_turn():
+    first, second, third = (enqueue_job("probe.run", concurrency_key="k") for _ in range(3))
+    other = enqueue_job("probe.run", concurrency_key="other")
+    parked = dict(Job.objects.values_list("id", "parked"))
+    assert parked == {first.id: False, second.id: True, third.id: True, other.id: False}
+    # Only the jobs in line are sent to Redis.
+    assert _outbox_actions(first.id) == ["enqueue"] and _outbox_actions(second.id) == []
+    before = Job.objects.get(id=second.id).enqueued_at
+    assert [j.id for j in execution.claim([str(first.id)], worker_id="w").jobs] == [str(first.id)]
+    second.refresh_from_db()
+    # Its turn: out of the park, at the back of the line, on its way to Redis.
+    assert not second.parked and second.enqueued_at > before
+    assert _outbox_actions(second.id) == ["enqueue"]
+    assert Job.objects.get(id=third.id).parked
+
+
+@pytest.mark.django_db
+def test_a_scheduled_keyed_job_does_not_park_and_a_bulk_call_parks_its_own_followers():
+    enqueue_job("probe.run", concurrency_key="k", run_at=timezone.now() + timedelta(hours=1))
+    from queue_app.services import JobRequest, enqueue_jobs
+
+    jobs = enqueue_jobs([JobRequest("probe.run", concurrency_key="k") for _ in range(3)])
+    assert [Job.objects.get(id=j.id).parked for j in jobs] == [False, True, True]
+    assert [j.parked for j in jobs] == [False, True, True]
+    assert Job.objects.filter(parked=False).count() == 2
+
+
+@pytest.mark.django_db
+def test_a_key_whose_job_in_line_was_cancelled_gets_its_turn_from_the_maintenance_chore():
+    head, follower = (enqueue_job("probe.run", concurrency_key="k") for _ in range(2))
+    cancel_job(head.id)
+    assert Job.objects.get(id=follower.id).parked
+    assert execution.release_stalled_keys(["default"]) == 1
+    assert not Job.objects.get(id=follower.id).parked
+    assert _outbox_actions(follower.id) == ["enqueue"]
+    # Its key has a job in line again: nothing more to release.
+    assert execution.release_stalled_keys(["default"]) == 0
+
+
+@pytest.mark.django_db
+def test_an_expired_job_in_line_gives_its_key_the_next_turn():
+    head = enqueue_job("probe.run", concurrency_key="k", expires_in=60)
+    follower = enqueue_job("probe.run", concurrency_key="k")
+    _expire_now(head.id)
+    assert execution.claim([str(head.id)], worker_id="w").jobs == []
+    assert Job.objects.get(id=head.id).status == "expired"
+    assert not Job.objects.get(id=follower.id).parked
+
+
+@pytest.mark.django_db
+def test_the_reconciler_leaves_parked_jobs_out_of_redis(redis_client):
+    from queue_app.runtime.reconciler import Reconciler
+    from tests.helpers import ready_ids
+
+    head, follower = (enqueue_job("probe.run", concurrency_key="k") for _ in range(2))
+    Reconciler(grace_seconds=0).run_once()
+    assert str(follower.id) not in ready_ids(redis_client)
+    assert Job.objects.get(id=follower.id).parked

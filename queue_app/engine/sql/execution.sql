@@ -116,6 +116,11 @@ UPDATE jobs SET started_at = now()
 -- A worker hears the cancels of running jobs (request_cancel notifies "<id> <fence>").
 LISTEN jobqueue_cancel
 
+-- name: release_stalled_keys
+-- Keys with parked jobs and none in line get their next turn: the function
+-- queue_release_stalled_keys_v1 (schema/claim_v4.sql). Returns how many jobs it unparked.
+SELECT queue_release_stalled_keys_v1(%(queues)s::text[], %(lock_class)s, %(limit)s)
+
 -- name: expire_queued_jobs
 -- Queued jobs past their expiry that no claim has met (their ids not popped, or not in
 -- Redis at all), oldest expiry first: settled as expired. SKIP LOCKED: a claim or a cancel

@@ -17,12 +17,22 @@
 -- Since version 3 (claim_v3.sql):
 -- - a job past its expires_at is never claimed: the claim settles it (p_expire_target, with
 --   its log row, event p_expire_event);
+-- - round robin among keys: a job with a concurrency_key always takes the full claim, which
+--   gives its key the next turn: the key's first parked job (jobs.parked, kept out of Redis
+--   by the enqueue while another job of its key is in line) is unparked, made ready at the
+--   back of the line (enqueued_at = now) and sent to Redis through the outbox. Under the
+--   key's advisory lock (p_lock_class + 1, hashtext(queue || '/' || key)), which the enqueue
+--   takes to decide whether to park; the claim only tries it (never waits on an enqueuer's
+--   transaction) and leaves a key it could not lock to the maintenance leader's
+--   queue_release_stalled_keys chore;
 -- - per-key limits (job_queues.key_concurrency_limit, key_rate_limit) for jobs with a
 --   concurrency_key: at most key_concurrency_limit of one key's jobs running (processing or
 --   cancelling), and at most the whole tokens of the key's bucket (job_key_buckets, refilled
 --   at key_rate_limit per second up to max(1, key_rate_limit)) started. A queue with per-key
 --   limits counts as limited: its claims take its lock exclusively, so one key's count and
---   bucket change one claim at a time. Jobs without a key never read a key's rows.
+--   bucket change one claim at a time. Ids held back by a key's limits come back with type
+--   'key' (the caller moves them aside, so other keys' ids behind them are popped). Jobs
+--   without a key never read a key's rows.
 --
 -- A released version is never edited: the next change is a claim_v5.sql with new names.
 
@@ -52,8 +62,8 @@ BEGIN
        FROM unnest(p_queues, p_exclusive_flags) WITH ORDINALITY AS t(name, exclusive, position)
       ORDER BY t.position;
 
-    -- Every due, unexpired, queued job of the ids whose queue is neither paused nor limited
-    -- (for a job with a key: nor limited per key).
+    -- Every due, unexpired, queued job without a key of the ids whose queue is neither
+    -- paused nor limited.
     RETURN QUERY
     WITH clock AS MATERIALIZED (
         SELECT clock_timestamp() AS at
@@ -65,11 +75,10 @@ BEGIN
          WHERE jobs.id = ANY(p_ids) AND jobs.status || '' = ANY(p_sources)
            AND (jobs.next_retry_at IS NULL OR jobs.next_retry_at <= now())
            AND (jobs.expires_at IS NULL OR jobs.expires_at > now())
+           AND jobs.concurrency_key IS NULL
            AND NOT EXISTS (SELECT FROM job_queues q
                             WHERE q.name = jobs.queue
-                              AND (q.paused OR q.concurrency_limit IS NOT NULL OR q.rate_limit IS NOT NULL
-                                   OR (jobs.concurrency_key IS NOT NULL
-                                       AND (q.key_concurrency_limit IS NOT NULL OR q.key_rate_limit IS NOT NULL))))
+                              AND (q.paused OR q.concurrency_limit IS NOT NULL OR q.rate_limit IS NOT NULL))
      RETURNING jobs.id, jobs.type, jobs.queue, jobs.payload, jobs.attempts, jobs.max_attempts, jobs.fence,
                jobs.trace_context, jobs.enqueued_at
     ), logged AS (
@@ -87,8 +96,8 @@ BEGIN
         RETURN;
     END IF;
 
-    -- The rest: expired jobs (settled), jobs of controlled queues or keys (claimed within
-    -- their limits, or held back) and ids no longer claimable (skipped).
+    -- The rest: expired jobs (settled), jobs with a key or of controlled queues (claimed
+    -- within their limits, or held back) and ids no longer claimable (skipped).
     RETURN QUERY
     SELECT * FROM queue_claim_controlled_jobs_v4(p_ids, p_worker, p_lease, p_queues, p_exclusive_flags,
                                                  p_lock_class, p_sources, p_target, p_event, p_level,
@@ -115,6 +124,10 @@ DECLARE
     p_exclusive text[] := ARRAY(
         SELECT t.name FROM unnest(p_queues, p_exclusive_flags) AS t(name, exclusive) WHERE t.exclusive
     );
+    -- The keys of the ids whose lock this claim holds: those it gives their next turn.
+    locked_keys integer[];
+    unparked_count integer;
+    turn_at timestamptz;
 BEGIN
     -- A shared lock on each queue of the ids, exclusive on those with a concurrency or
     -- rate limit, or a per-key one (their claims count and spend one at a time). A pause
@@ -125,6 +138,15 @@ BEGIN
                  ELSE pg_advisory_xact_lock_shared(p_lock_class, hashtext(t.name))::text END
        FROM unnest(p_queues, p_exclusive_flags) WITH ORDINALITY AS t(name, exclusive, position)
       ORDER BY t.position;
+
+    -- The keys' locks, tried (never waited for, so in any order): a key an enqueue holds
+    -- now is skipped (the maintenance leader gives it its turn if no id of it is in line).
+    locked_keys := ARRAY(
+        SELECT k.h FROM (SELECT DISTINCT hashtext(jobs.queue || '/' || jobs.concurrency_key) AS h
+                           FROM jobs WHERE jobs.id = ANY(p_ids) AND jobs.concurrency_key IS NOT NULL) AS k
+         WHERE pg_try_advisory_xact_lock(p_lock_class + 1, k.h)
+         ORDER BY k.h
+    );
 
     -- Expired ids never start: settled here, under the same compare-and-set on the status
     -- as every transition (a cancel committed first leaves the job cancelled).
@@ -237,7 +259,7 @@ BEGIN
         UPDATE jobs
            SET status = p_target, attempts = jobs.attempts + 1, fence = jobs.fence + 1, started_at = now(),
                next_retry_at = NULL, worker_id = p_worker,
-               lease_expires_at = now() + make_interval(secs => p_lease)
+               lease_expires_at = now() + make_interval(secs => p_lease), parked = false
           FROM chosen
          WHERE jobs.id = chosen.id AND jobs.status || '' = ANY(p_sources)  -- by primary key
            AND (jobs.next_retry_at IS NULL OR jobs.next_retry_at <= now())
@@ -270,8 +292,114 @@ BEGIN
            EXTRACT(EPOCH FROM now() - claimed.enqueued_at)::float8
       FROM claimed
     UNION ALL
-    SELECT candidates.id, NULL, candidates.queue, NULL, NULL, NULL, NULL, false, NULL, NULL
+    SELECT candidates.id,
+           -- 'key': held back by its key's limits, not its queue's.
+           CASE WHEN candidates.id NOT IN (SELECT key_passed.id FROM key_passed) THEN 'key' END::varchar,
+           candidates.queue, NULL, NULL, NULL, NULL, false, NULL, NULL
       FROM candidates
      WHERE candidates.id NOT IN (SELECT chosen.id FROM chosen);
+
+    -- Each locked key with no id left in line (its ready one claimed or expired just now)
+    -- gets its next turn: its first parked job, by priority then age, goes to the back of
+    -- the line. The literal statuses are the conditions of idx_jobs_queued_key and
+    -- idx_jobs_parked_key.
+    IF cardinality(locked_keys) > 0 THEN
+        turn_at := clock_timestamp();
+        WITH keys AS (
+            -- place: where the key's first id was in this claim. The keys' next jobs join
+            -- the line in that order (a microsecond apart), so a key that went first in
+            -- this round goes first in the next.
+            SELECT jobs.queue, jobs.concurrency_key AS key, min(array_position(p_ids, jobs.id)) AS place
+              FROM jobs
+             WHERE jobs.id = ANY(p_ids) AND jobs.concurrency_key IS NOT NULL
+               AND hashtext(jobs.queue || '/' || jobs.concurrency_key) = ANY(locked_keys)
+             GROUP BY jobs.queue, jobs.concurrency_key
+        ), next AS (
+            SELECT keys.place, (SELECT p.id FROM jobs p
+                     WHERE p.queue = keys.queue AND p.concurrency_key = keys.key
+                       AND p.parked AND p.status = 'queued'
+                     ORDER BY p.priority_value DESC, p.enqueued_at
+                     LIMIT 1) AS id
+              FROM keys
+             WHERE NOT EXISTS (SELECT FROM jobs u
+                                WHERE u.queue = keys.queue AND u.concurrency_key = keys.key
+                                  AND u.status = 'queued' AND NOT u.parked AND u.concurrency_key IS NOT NULL
+                                  AND (u.next_retry_at IS NULL OR u.next_retry_at <= now()))
+        ), unparked AS (
+            UPDATE jobs SET parked = false, enqueued_at = turn_at + make_interval(secs => next.place * 1e-6)
+              FROM next
+             WHERE jobs.id = next.id AND jobs.parked AND jobs.status = 'queued'
+         RETURNING jobs.id, jobs.queue
+        ), sent AS (
+            -- No member: the relay places the job by its state (its enqueued_at now).
+            INSERT INTO job_outbox (job_id, action, queue, member)
+            SELECT unparked.id, 'enqueue', unparked.queue, '' FROM unparked
+            RETURNING 1
+        )
+        SELECT count(*) INTO unparked_count FROM sent;
+        IF unparked_count > 0 THEN
+            PERFORM pg_notify('jobqueue_outbox', '');
+        END IF;
+    END IF;
 END
 $claim$;
+
+-- A key's turn, given by the maintenance leader where no claim gave it: each key of
+-- p_queues with parked jobs and no id in line (its ready job was cancelled, or a claim
+-- could not take its lock) gets its first parked job unparked, as the claim does. Keys
+-- an enqueue or a claim holds are left for the next round. Returns how many were unparked.
+CREATE OR REPLACE FUNCTION queue_release_stalled_keys_v1(p_queues text[], p_lock_class integer, p_limit integer)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+AS $release$
+DECLARE
+    locked_keys integer[];
+    unparked_count integer;
+BEGIN
+    locked_keys := ARRAY(
+        SELECT k.h FROM (SELECT DISTINCT hashtext(p.queue || '/' || p.concurrency_key) AS h
+                           FROM jobs p
+                          WHERE p.parked AND p.status = 'queued' AND p.queue = ANY(p_queues)
+                          LIMIT p_limit) AS k
+         WHERE pg_try_advisory_xact_lock(p_lock_class + 1, k.h)
+         ORDER BY k.h
+    );
+    IF cardinality(locked_keys) = 0 THEN
+        RETURN 0;
+    END IF;
+    BEGIN
+        WITH keys AS (
+            SELECT DISTINCT p.queue, p.concurrency_key AS key
+              FROM jobs p
+             WHERE p.parked AND p.status = 'queued' AND p.queue = ANY(p_queues)
+               AND hashtext(p.queue || '/' || p.concurrency_key) = ANY(locked_keys)
+        ), next AS (
+            SELECT (SELECT p.id FROM jobs p
+                     WHERE p.queue = keys.queue AND p.concurrency_key = keys.key
+                       AND p.parked AND p.status = 'queued'
+                     ORDER BY p.priority_value DESC, p.enqueued_at
+                     LIMIT 1) AS id
+              FROM keys
+             WHERE NOT EXISTS (SELECT FROM jobs u
+                                WHERE u.queue = keys.queue AND u.concurrency_key = keys.key
+                                  AND u.status = 'queued' AND NOT u.parked AND u.concurrency_key IS NOT NULL
+                                  AND (u.next_retry_at IS NULL OR u.next_retry_at <= now()))
+        ), unparked AS (
+            UPDATE jobs SET parked = false, enqueued_at = clock_timestamp()
+              FROM next
+             WHERE jobs.id = next.id AND jobs.parked AND jobs.status = 'queued'
+         RETURNING jobs.id, jobs.queue
+        ), sent AS (
+            -- No member: the relay places the job by its state (its enqueued_at now).
+            INSERT INTO job_outbox (job_id, action, queue, member)
+            SELECT unparked.id, 'enqueue', unparked.queue, '' FROM unparked
+            RETURNING 1
+        )
+        SELECT count(*) INTO unparked_count FROM sent;
+        IF unparked_count > 0 THEN
+            PERFORM pg_notify('jobqueue_outbox', '');
+        END IF;
+    END;
+    RETURN unparked_count;
+END
+$release$;
