@@ -171,6 +171,14 @@ def set_queue_limits(
     return controls
 
 
+def prune_full_key_buckets(queues) -> int:
+    """Delete the per-key rate buckets of ``queues`` that are full again (or whose queue has
+    no per-key rate any more); how many were deleted."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql.query("prune_full_key_buckets"), {"queues": list(queues)})
+        return cursor.rowcount
+
+
 def queue_controls(names=None) -> dict[str, QueueControls]:
     """The controls of each configured queue (or of ``names``); a queue without a row has none."""
     names = list(queue_settings().QUEUES) if names is None else list(names)

@@ -13,7 +13,9 @@ Three chores keep a queue moving between reconcile passes:
   expired (``execution.expire_queued_jobs``), with the lease rescue;
 - key turns: a concurrency key with parked jobs and none in line (its ready job
   was cancelled, or the claim could not lock the key) gets its next job sent to
-  Redis (``execution.release_stalled_keys``), every SWEEP_SECONDS.
+  Redis (``execution.release_stalled_keys``), every SWEEP_SECONDS; and the per-key
+  rate buckets that have refilled are deleted (``controls.prune_full_key_buckets``),
+  with the lease rescue.
 
 Each is safe to run twice at once (the scripts move only what the calling call
 removed, the rescue is a conditional UPDATE with SKIP LOCKED), so the election
@@ -37,7 +39,7 @@ from typing import Any
 
 from queue_app import broker
 from queue_app.conf import queue_settings
-from queue_app.engine import execution, maintenance_leases, selectors
+from queue_app.engine import controls, execution, maintenance_leases, selectors
 from queue_app.observability.logs import get_logger
 from queue_app.runtime.outages import OutageGuard
 
@@ -181,6 +183,7 @@ class Maintenance:
         expired = _in_batches(lambda: len(execution.expire_queued_jobs(limit=BATCH_SIZE, queues=queues)))
         if expired:
             log.info("queued_jobs_expired", queues=queues, count=expired, holder=self.holder)
+        controls.prune_full_key_buckets(queues)
 
 
 def _in_batches(batch: Callable[[], int]) -> int:

@@ -309,3 +309,18 @@ def test_the_reconciler_leaves_parked_jobs_out_of_redis(redis_client):
     Reconciler(grace_seconds=0).run_once()
     assert str(follower.id) not in ready_ids(redis_client)
     assert Job.objects.get(id=follower.id).parked
+
+
+@pytest.mark.django_db
+def test_full_key_buckets_are_pruned_and_spent_ones_kept():
+    from queue_app.engine.controls import prune_full_key_buckets
+
+    set_queue_limits("default", key_rate_limit=0.001)
+    spent, refilled = (str(enqueue_job("probe.run", concurrency_key=key).id) for key in ("spent", "refilled"))
+    execution.claim([spent, refilled], worker_id="w", queues={"default": True})
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE job_key_buckets SET updated_at = now() - interval '2000 seconds' WHERE key = 'refilled'"
+        )
+    assert prune_full_key_buckets(["default"]) == 1
+    assert list(KeyBucket.objects.values_list("key", flat=True)) == ["spent"]
