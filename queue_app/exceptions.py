@@ -121,6 +121,10 @@ class JobCancelled(Exception):
     """What a cancelled job reads as to django.tasks: a failure whose cause was a cancel."""
 
 
+class JobExpired(Exception):
+    """What an expired job reads as to django.tasks: a failure whose cause was its expiry."""
+
+
 class WorkerProcessDied(Exception):
     """What an attempt fails with when the process running it died (killed, crashed, or found
     dead by its restarted worker): nothing inside the handler raised, so this names the cause."""

@@ -52,6 +52,16 @@ class Job(models.Model):
     # Unique jobs (queue_app/engine/uniqueness.py): no second job of this owner with this
     # key while this one is in the statuses (and period) the enqueue asked for.
     unique_key = models.CharField(max_length=255, null=True, blank=True)
+    # A job not started by then never runs: the claim (or the maintenance leader, for one
+    # no worker pops) settles it as expired. NULL = no expiry.
+    expires_at = models.DateTimeField(null=True, blank=True)
+    # Jobs sharing a key (e.g. "customer:42") share their queue's per-key limits
+    # (QueueState.key_concurrency_limit, key_rate_limit). NULL = no key.
+    concurrency_key = models.CharField(max_length=255, null=True, blank=True)
+    # A queued job with a key waits out of Redis while another job of its key is ready:
+    # each key has one id in line at a time, and the claim that takes it puts the key's
+    # next job at the back of the line (round robin among keys, claim_v4.sql).
+    parked = models.BooleanField(default=False, db_default=False)
     # Indexed only where set (see Meta): jobs enqueued from code have no owner.
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL,
@@ -92,6 +102,32 @@ class Job(models.Model):
                 fields=["queue"],
                 name="idx_jobs_running_queue",
                 condition=models.Q(status__in=["processing", "cancelling"]),
+            ),
+            # A claim on a queue with per-key limits counts the running jobs of a popped job's
+            # key (engine/sql/schema/claim_v4.sql). Partial: jobs without a key pay nothing.
+            models.Index(
+                fields=["queue", "concurrency_key"],
+                name="idx_jobs_running_key",
+                condition=models.Q(status__in=["processing", "cancelling"], concurrency_key__isnull=False),
+            ),
+            # A key's next job, when the claim (or the maintenance leader) gives the key its turn.
+            models.Index(
+                fields=["queue", "concurrency_key", "-priority_value", "enqueued_at"],
+                name="idx_jobs_parked_key",
+                condition=models.Q(parked=True, status="queued"),
+            ),
+            # A keyed job's ready (or waiting) id in line, if any: the enqueue parks the new
+            # job behind it, the claim gives the key its next turn only without one.
+            models.Index(
+                fields=["queue", "concurrency_key"],
+                name="idx_jobs_queued_key",
+                condition=models.Q(status="queued", concurrency_key__isnull=False, parked=False),
+            ),
+            # The maintenance leader settles queued jobs past their expiry that no worker popped.
+            models.Index(
+                fields=["expires_at"],
+                name="idx_jobs_queued_expiry",
+                condition=models.Q(status="queued", expires_at__isnull=False),
             ),
             # A unique job's enqueue looks for its key's newest job in some statuses (and
             # the admin's search for a key). Partial: other jobs pay nothing for it.
@@ -255,6 +291,11 @@ class QueueState(models.Model):
     rate_limit = models.FloatField(null=True, blank=True)
     rate_tokens = models.FloatField(null=True, blank=True, editable=False)
     rate_updated_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # Per concurrency key (any value of Job.concurrency_key in this queue): at most this many
+    # of the key's jobs running at once, and at most this many starts per second (a token
+    # bucket per key in job_key_buckets, burst max(1, rate)). NULL = no limit.
+    key_concurrency_limit = models.PositiveIntegerField(null=True, blank=True)
+    key_rate_limit = models.FloatField(null=True, blank=True)
     updated_at = models.DateTimeField(db_default=Now())
 
     class Meta:
@@ -269,10 +310,36 @@ class QueueState(models.Model):
                 condition=models.Q(rate_limit__isnull=True) | models.Q(rate_limit__gt=0),
                 name="ck_job_queues_rate_limit",
             ),
+            models.CheckConstraint(
+                condition=models.Q(key_concurrency_limit__isnull=True)
+                | models.Q(key_concurrency_limit__gte=1),
+                name="ck_job_queues_key_concurrency_limit",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(key_rate_limit__isnull=True) | models.Q(key_rate_limit__gt=0),
+                name="ck_job_queues_key_rate_limit",
+            ),
         ]
 
     def __str__(self) -> str:
         return self.name
+
+
+class KeyBucket(models.Model):
+    """The rate bucket of one concurrency key in one queue (QueueState.key_rate_limit),
+    spent by the claims under the queue's exclusive advisory lock."""
+
+    pk = models.CompositePrimaryKey("queue", "key")
+    queue = models.CharField(max_length=100)
+    key = models.CharField(max_length=255)
+    tokens = models.FloatField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "job_key_buckets"
+
+    def __str__(self) -> str:
+        return f"{self.queue}: {self.key}"
 
 
 class MaintenanceLease(models.Model):

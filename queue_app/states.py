@@ -21,6 +21,8 @@ class Status(models.TextChoices):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    # Not started by its expires_at: it never runs.
+    EXPIRED = "expired"
 
 
 class Priority(models.TextChoices):
@@ -45,7 +47,7 @@ def priority_tier(value: int) -> str:
     return Priority.MEDIUM if value == 0 else Priority.LOW
 
 
-TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
+TERMINAL = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.EXPIRED})
 # A worker runs an attempt of the job: it holds a lease, renewed by its heartbeat.
 RUNNING = frozenset({Status.PROCESSING, Status.CANCELLING})
 
@@ -93,6 +95,11 @@ TRANSITION_TABLE: dict[str, Transition] = {
         Transition("rescue_fail", _RUNNING, Status.FAILED, "lease_expired_failed", "error", None, True),
         Transition(
             "cancel", frozenset({Status.QUEUED}), Status.CANCELLED, "cancelled", "info", "remove", False
+        ),
+        # Past its expires_at before any worker started it: settled by the claim that pops it
+        # (no outbox row: the popped id is acknowledged) or by the maintenance leader.
+        Transition(
+            "expire", frozenset({Status.QUEUED}), Status.EXPIRED, "expired", "warning", "remove", False
         ),
         # A running job is not cancelled under its worker: the worker is told (NOTIFY in the
         # same statement), stops the attempt, and confirms.

@@ -54,6 +54,7 @@ DEFAULT_MAX_ATTEMPTS = 1
 MAX_ATTEMPTS_LIMIT = 100
 OPTION_KEYS = {"MAX_ATTEMPTS"}
 CANCELLED_ERROR_CLASS = "queue_app.exceptions.JobCancelled"
+EXPIRED_ERROR_CLASS = "queue_app.exceptions.JobExpired"
 UNKNOWN_ERROR_CLASS = "builtins.Exception"
 
 # Import paths of the tasks validated in this process (each @task is, when its module loads).
@@ -66,6 +67,7 @@ _STATUS = {
     Status.COMPLETED: TaskResultStatus.SUCCESSFUL,
     Status.FAILED: TaskResultStatus.FAILED,
     Status.CANCELLED: TaskResultStatus.FAILED,
+    Status.EXPIRED: TaskResultStatus.FAILED,
 }
 
 
@@ -83,9 +85,16 @@ class JobQueueTask(Task):
     ``unique=True`` makes a call with the same task, queue and arguments return the job
     already queued or running instead of enqueuing another; ``unique_for`` (seconds) and
     ``unique_states`` (statuses) are the enqueue's ``unique_for`` and ``unique_states``.
+
+    ``expires_in`` (seconds): a call not started that long after its enqueue never runs
+    (its result reads FAILED, with a ``JobExpired`` error). ``concurrency_key``: the
+    calls share their queue's per-key limits (a fixed key per task; a key per argument
+    needs ``enqueue_job``).
     """
 
     max_attempts: int | None = None
+    expires_in: float | None = None
+    concurrency_key: str | None = None
     unique: bool = False
     unique_for: float | None = None
     unique_states: Sequence[str] | None = None
@@ -152,6 +161,7 @@ class JobQueueBackend(BaseTaskBackend):
         if not _valid_attempts(self.max_attempts(task)):
             raise InvalidTask(f"max_attempts must be a whole number between 1 and {MAX_ATTEMPTS_LIMIT}.")
         _check_unique_options(task)
+        _check_job_options(task)
         _known_task_paths.add(task.module_path)
 
     def check(self, **kwargs) -> list[checks.CheckMessage]:
@@ -218,6 +228,8 @@ class JobQueueBackend(BaseTaskBackend):
             unique_key=self._unique_key(task, payload) if unique else None,
             unique_for=task.unique_for if unique else None,
             unique_states=task.unique_states if unique else None,
+            expires_in=getattr(task, "expires_in", None),
+            concurrency_key=getattr(task, "concurrency_key", None),
             backend=self.alias,
         )
         if not job.was_created:
@@ -282,6 +294,22 @@ def _check_unique_options(task: Task) -> None:
         raise InvalidTask(f"{exc.field} {exc.message}.") from None
 
 
+def _check_job_options(task: Task) -> None:
+    """The enqueue's own rules for expires_in and concurrency_key, as Django's InvalidTask."""
+    from queue_app.engine.enqueue import JobRequest, check_job_options
+
+    try:
+        check_job_options(
+            JobRequest(
+                type=TASK_JOB_TYPE,
+                expires_in=getattr(task, "expires_in", None),
+                concurrency_key=getattr(task, "concurrency_key", None),
+            )
+        )
+    except InvalidJob as exc:
+        raise InvalidTask(f"{exc.field} {exc.message}.") from None
+
+
 def known_task_paths() -> set[str]:
     """The tasks this process knows of, for choices that must not scan the job table."""
     return set(_known_task_paths)
@@ -291,6 +319,8 @@ def _errors(job) -> list[TaskError]:
     """Only a finished failure carries its error: between attempts a job reads READY, cleanly."""
     if job.status == Status.CANCELLED:
         return [TaskError(exception_class_path=CANCELLED_ERROR_CLASS, traceback="JobCancelled: cancelled\n")]
+    if job.status == Status.EXPIRED:
+        return [TaskError(exception_class_path=EXPIRED_ERROR_CLASS, traceback="JobExpired: expired\n")]
     if job.status != Status.FAILED:
         return []
     # Jobs failed before the traceback had its own column kept it in last_error.

@@ -46,6 +46,10 @@ def test_job_table_has_exactly_the_original_indexes():
         "idx_jobs_unique_key",
         "idx_jobs_queued_id",
         "idx_jobs_finished_at",
+        "idx_jobs_running_key",
+        "idx_jobs_queued_expiry",
+        "idx_jobs_parked_key",
+        "idx_jobs_queued_key",
     }
     assert indexes["idx_jobs_running_queue"].endswith(
         "USING btree (queue) WHERE ((status)::text = ANY"
@@ -56,6 +60,22 @@ def test_job_table_has_exactly_the_original_indexes():
     )
     assert indexes["idx_jobs_unique_key"].endswith(
         "USING btree (unique_key, status, created_at) WHERE (unique_key IS NOT NULL)"
+    )
+    # Partial: a job without a concurrency key, or without an expiry, is in neither.
+    assert indexes["idx_jobs_running_key"].endswith(
+        "USING btree (queue, concurrency_key) WHERE ((concurrency_key IS NOT NULL) AND ((status)::text = ANY"
+        " ((ARRAY['processing'::character varying, 'cancelling'::character varying])::text[])))"
+    )
+    assert indexes["idx_jobs_parked_key"].endswith(
+        "USING btree (queue, concurrency_key, priority_value DESC, enqueued_at)"
+        " WHERE (parked AND ((status)::text = 'queued'::text))"
+    )
+    assert indexes["idx_jobs_queued_key"].endswith(
+        "USING btree (queue, concurrency_key) WHERE ((concurrency_key IS NOT NULL) AND (NOT parked)"
+        " AND ((status)::text = 'queued'::text))"
+    )
+    assert indexes["idx_jobs_queued_expiry"].endswith(
+        "USING btree (expires_at) WHERE ((expires_at IS NOT NULL) AND ((status)::text = 'queued'::text))"
     )
     assert indexes["idx_jobs_queued_id"].endswith("USING btree (id) WHERE ((status)::text = 'queued'::text)")
     assert indexes["idx_jobs_finished_at"].endswith(

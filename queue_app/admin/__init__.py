@@ -306,12 +306,28 @@ class JobAdmin(JobPageMixin, HistoryAdmin):
         "started",
         "completed",
         "lease_expires",
+        "expires",
     )
     fieldsets = (
         (None, {"fields": ("id", "type", "queue", "priority", "status_badge", "owner")}),
         ("Attempts", {"fields": ("attempts_of_max", "worker_id", "lease_expires")}),
-        ("Timing", {"fields": ("created", "ready_at", "retry_at", "started", "completed", "duration")}),
-        ("Data", {"fields": ("payload_json", "result_json", "error_text", "idempotency_key", "unique_key")}),
+        (
+            "Timing",
+            {"fields": ("created", "ready_at", "retry_at", "expires", "started", "completed", "duration")},
+        ),
+        (
+            "Data",
+            {
+                "fields": (
+                    "payload_json",
+                    "result_json",
+                    "error_text",
+                    "idempotency_key",
+                    "unique_key",
+                    "concurrency_key",
+                )
+            },
+        ),
     )
 
     created = timestamp_field("created_at", "created at")
@@ -320,6 +336,7 @@ class JobAdmin(JobPageMixin, HistoryAdmin):
     started = timestamp_field("started_at", "last attempt started at")
     completed = timestamp_field("completed_at", "finished at")
     lease_expires = timestamp_field("lease_expires_at", "lease expires at")
+    expires = timestamp_field("expires_at", "expires unless started by")
 
     class Media:
         css = {"all": ("queue_app/admin.css",)}

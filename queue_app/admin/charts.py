@@ -20,6 +20,7 @@ STATUS_COLOURS = {
     "completed": "#16a34a",
     "failed": "#dc2626",
     "cancelled": "#6b7280",
+    "expired": "#9333ea",
 }
 POSTGRES_COLOUR = "#336791"
 REDIS_COLOUR = "#d82c20"

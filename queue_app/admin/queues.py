@@ -20,7 +20,7 @@ from queue_app.conf import queue_settings
 from queue_app.engine.controls import MAX_CONCURRENCY_LIMIT, MAX_RATE_LIMIT
 from queue_app.models import QueueState
 
-LIMITS = ("concurrency_limit", "rate_limit")
+LIMITS = ("concurrency_limit", "rate_limit", "key_concurrency_limit", "key_rate_limit")
 
 
 class QueueLimitsForm(forms.ModelForm):
@@ -33,15 +33,21 @@ class QueueLimitsForm(forms.ModelForm):
                 if name in self.fields:
                     self.fields[name].disabled = True
 
-    def clean_rate_limit(self) -> float | None:
+    def _positive_rate(self, name: str) -> float | None:
         # Above 0, strictly: a form field's min_value is inclusive, and otherwise the table's
         # check constraint refuses it, shown by its name above the form.
-        rate = self.cleaned_data["rate_limit"]
+        rate = self.cleaned_data[name]
         if rate is not None and rate <= 0:
             raise forms.ValidationError(
                 "Must be a number of jobs per second above 0 (leave it empty for no limit).", code="min_value"
             )
         return rate
+
+    def clean_rate_limit(self) -> float | None:
+        return self._positive_rate("rate_limit")
+
+    def clean_key_rate_limit(self) -> float | None:
+        return self._positive_rate("key_rate_limit")
 
 
 @admin.register(QueueState)
@@ -50,7 +56,7 @@ class QueueStateAdmin(DeclaredLookupsOnly, admin.ModelAdmin):
     list_editable = ("concurrency_limit", "rate_limit")
     list_filter = ("paused",)
     actions = ("pause_selected", "resume_selected")
-    fields = ("name", "paused", "concurrency_limit", "rate_limit", "updated_at")
+    fields = ("name", "paused", *LIMITS, "updated_at")
     readonly_fields = ("name", "paused", "updated_at")
     form = QueueLimitsForm
 
@@ -65,9 +71,9 @@ class QueueStateAdmin(DeclaredLookupsOnly, admin.ModelAdmin):
 
     def formfield_for_dbfield(self, db_field, request, **kwargs):
         # The service's bounds (above 0 for a rate: QueueLimitsForm.clean_rate_limit).
-        if db_field.name == "concurrency_limit":
+        if db_field.name in ("concurrency_limit", "key_concurrency_limit"):
             kwargs.update(min_value=1, max_value=MAX_CONCURRENCY_LIMIT)
-        elif db_field.name == "rate_limit":
+        elif db_field.name in ("rate_limit", "key_rate_limit"):
             kwargs["max_value"] = MAX_RATE_LIMIT
         if db_field.name in LIMITS:
             # What the page showed comes back with the form, so a limit counts as changed only

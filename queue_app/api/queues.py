@@ -4,7 +4,8 @@
     GET   /api/queues/{name}/        one queue
     POST  /api/queues/{name}/pause/  staff with queue_app.change_job
     POST  /api/queues/{name}/resume/
-    PATCH /api/queues/{name}/        {"concurrency_limit": 2, "rate_limit": 10.5}; null removes a limit
+    PATCH /api/queues/{name}/        {"concurrency_limit": 2, "rate_limit": 10.5, "key_concurrency_limit": 1,
+                                      "key_rate_limit": 0.5}; null removes a limit
 
 Every change goes through queue_app.services, like the admin's and the command's.
 """
@@ -40,6 +41,16 @@ class QueueSerializer(serializers.Serializer):
     rate_limit = serializers.FloatField(
         allow_null=True, help_text="At most this many claims a second (burst: max(1, rate)); null: no limit."
     )
+    key_concurrency_limit = serializers.IntegerField(
+        allow_null=True,
+        help_text="Per concurrency_key: at most this many of one key's jobs processing at once;"
+        " null: no limit.",
+    )
+    key_rate_limit = serializers.FloatField(
+        allow_null=True,
+        help_text="Per concurrency_key: at most this many starts a second (burst: max(1, rate));"
+        " null: no limit.",
+    )
 
 
 class StrictIntegerField(serializers.IntegerField):
@@ -63,6 +74,12 @@ class QueueLimitsSerializer(serializers.Serializer):
         required=False, allow_null=True, min_value=1, max_value=MAX_CONCURRENCY_LIMIT
     )
     rate_limit = StrictFloatField(required=False, allow_null=True, min_value=0.001, max_value=MAX_RATE_LIMIT)
+    key_concurrency_limit = StrictIntegerField(
+        required=False, allow_null=True, min_value=1, max_value=MAX_CONCURRENCY_LIMIT
+    )
+    key_rate_limit = StrictFloatField(
+        required=False, allow_null=True, min_value=0.001, max_value=MAX_RATE_LIMIT
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         unknown = sorted(str(name) for name in self.initial_data if name not in self.fields)
@@ -70,7 +87,7 @@ class QueueLimitsSerializer(serializers.Serializer):
             raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
         if not attrs:
             raise serializers.ValidationError(
-                {"non_field_errors": ["Give concurrency_limit and/or rate_limit."]}
+                {"non_field_errors": [f"Give one or more of {', '.join(self.fields)}."]}
             )
         return attrs
 
@@ -94,6 +111,8 @@ def _body(controls: QueueControls) -> dict[str, Any]:
         "paused": controls.paused,
         "concurrency_limit": controls.concurrency_limit,
         "rate_limit": controls.rate_limit,
+        "key_concurrency_limit": controls.key_concurrency_limit,
+        "key_rate_limit": controls.key_rate_limit,
     }
 
 

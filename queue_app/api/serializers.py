@@ -19,6 +19,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.reverse import reverse
 
+from queue_app.engine.enqueue import MAX_EXPIRES_IN
 from queue_app.engine.uniqueness import MAX_UNIQUE_FOR_SECONDS, MAX_UNIQUE_KEY_LENGTH
 from queue_app.exceptions import UnknownJobType
 from queue_app.handlers import get_handler
@@ -130,6 +131,24 @@ class UniqueForField(serializers.Field):
         if isinstance(data, bool) or not isinstance(data, (int, float)):
             self.fail("invalid")
         if not 0 < data <= MAX_UNIQUE_FOR_SECONDS:
+            self.fail("range")
+        return float(data)
+
+    def to_representation(self, value: float) -> float:
+        return value
+
+
+@extend_schema_field({"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": MAX_EXPIRES_IN})
+class ExpiresInField(serializers.Field):
+    default_error_messages = {
+        "invalid": "Must be a number of seconds.",
+        "range": f"Must be above 0 and at most {MAX_EXPIRES_IN:g}.",
+    }
+
+    def to_internal_value(self, data: Any) -> float:
+        if isinstance(data, bool) or not isinstance(data, (int, float)):
+            self.fail("invalid")
+        if not 0 < data <= MAX_EXPIRES_IN:
             self.fail("range")
         return float(data)
 
@@ -259,8 +278,26 @@ class JobCreateSerializer(StrictSerializer):
         help_text="The statuses in which a job holds its unique_key. Default:"
         f" {', '.join(sorted(DEFAULT_UNIQUE_STATES))}; add completed for at most one job per unique_for.",
     )
+    expires_at = OffsetDateTimeField(
+        required=False,
+        allow_null=True,
+        help_text="Not started by then, the job never runs: it ends as expired. ISO 8601 with an offset.",
+    )
+    expires_in = ExpiresInField(
+        required=False, allow_null=True, help_text="The same as expires_at, in seconds from now."
+    )
+    concurrency_key = StrictCharField(
+        required=False,
+        allow_null=True,
+        max_length=255,
+        help_text="Jobs sharing a key (e.g. customer:42) share their queue's per-key limits"
+        " (key_concurrency_limit, key_rate_limit).",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs.get("expires_at") is not None and attrs.get("expires_in") is not None:
+            message = "Give expires_at or expires_in, not both."
+            raise serializers.ValidationError({"expires_at": [message], "expires_in": [message]})
         if attrs.get("run_at") is not None and attrs.get("delay_seconds") is not None:
             message = "Give run_at or delay_seconds, not both."
             raise serializers.ValidationError({"run_at": [message], "delay_seconds": [message]})
@@ -289,6 +326,9 @@ class JobCreateSerializer(StrictSerializer):
             unique_key=data.get("unique_key"),
             unique_for=data.get("unique_for"),
             unique_states=data.get("unique_states"),
+            expires_at=data.get("expires_at"),
+            expires_in=data.get("expires_in"),
+            concurrency_key=data.get("concurrency_key"),
         )
 
 
@@ -351,6 +391,8 @@ class JobSerializer(serializers.ModelSerializer):
             "result",
             "idempotency_key",
             "unique_key",
+            "expires_at",
+            "concurrency_key",
             "logs",
         ]
         read_only_fields = fields
@@ -424,6 +466,8 @@ def job_body(job: Job, request) -> dict[str, Any]:
         "result": job.result,
         "idempotency_key": text(job.idempotency_key),
         "unique_key": text(job.unique_key),
+        "expires_at": timestamp(job.expires_at),
+        "concurrency_key": text(job.concurrency_key),
         "logs": None if job.pk is None else reverse("job-logs", kwargs={"pk": job.pk}, request=request),
     }
 

@@ -22,13 +22,17 @@ from queue_app import broker
 from queue_app.conf import queue_settings
 from queue_app.engine import sql
 from queue_app.exceptions import InvalidQueueControl, UnknownQueue
-from queue_app.models import QueueState
+from queue_app.models import KeyBucket, QueueState
 from queue_app.observability.logs import get_logger
 
 log = get_logger("queue_app.controls")
 
 # The first key of every queue advisory lock (the second is hashtext(name)).
 QUEUE_LOCK_CLASS = 0x51554555
+# The first key of every concurrency key's advisory lock (the second is
+# hashtext(queue || '/' || key)): the enqueue takes it to park a job behind its key's job in
+# line, the claim tries it to give the key its next turn (engine/sql/schema/claim_v4.sql).
+KEY_LOCK_CLASS = QUEUE_LOCK_CLASS + 1
 
 # What a limit may be set to; larger numbers would mean "no limit" anyway.
 MAX_CONCURRENCY_LIMIT = 1_000_000
@@ -45,10 +49,15 @@ class QueueControls:
     paused: bool = False
     concurrency_limit: int | None = None
     rate_limit: float | None = None
+    # Per concurrency key (each value of Job.concurrency_key): running jobs, starts per second.
+    key_concurrency_limit: int | None = None
+    key_rate_limit: float | None = None
 
     @property
     def limited(self) -> bool:
-        return self.concurrency_limit is not None or self.rate_limit is not None
+        """Its claims count or spend (so take its lock exclusively): a queue or per-key limit."""
+        limits = (self.concurrency_limit, self.rate_limit, self.key_concurrency_limit, self.key_rate_limit)
+        return any(limit is not None for limit in limits)
 
 
 def _check_name(name: str) -> str:
@@ -94,55 +103,87 @@ def resume_queue(name: str) -> QueueControls:
     return controls
 
 
-def set_queue_limits(
-    name: str, *, concurrency_limit: int | None = UNCHANGED, rate_limit: float | None = UNCHANGED
-) -> QueueControls:
-    """Set (or, with None, remove) the queue's concurrency and rate limits; a limit not
-    given keeps its value.
-
-    A rate limit given starts with a full bucket.
-    """
-    if concurrency_limit not in (UNCHANGED, None) and (
-        isinstance(concurrency_limit, bool)
-        or not isinstance(concurrency_limit, int)
-        or not 1 <= concurrency_limit <= MAX_CONCURRENCY_LIMIT
+def _check_concurrency_limit(limit: Any, field: str) -> None:
+    if limit not in (UNCHANGED, None) and (
+        isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CONCURRENCY_LIMIT
     ):
         raise InvalidQueueControl(
-            f"must be a whole number from 1 to {MAX_CONCURRENCY_LIMIT}, or null for no limit",
-            field="concurrency_limit",
+            f"must be a whole number from 1 to {MAX_CONCURRENCY_LIMIT}, or null for no limit", field=field
         )
-    if rate_limit not in (UNCHANGED, None) and (
-        isinstance(rate_limit, bool)
-        or not isinstance(rate_limit, int | float)
-        or not math.isfinite(rate_limit)
-        or not 0 < rate_limit <= MAX_RATE_LIMIT
+
+
+def _check_rate_limit(limit: Any, field: str) -> None:
+    if limit not in (UNCHANGED, None) and (
+        isinstance(limit, bool)
+        or not isinstance(limit, int | float)
+        or not math.isfinite(limit)
+        or not 0 < limit <= MAX_RATE_LIMIT
     ):
         raise InvalidQueueControl(
             f"must be a number of jobs per second above 0 and at most {MAX_RATE_LIMIT:g}, "
             "or null for no limit",
-            field="rate_limit",
+            field=field,
         )
+
+
+def set_queue_limits(
+    name: str,
+    *,
+    concurrency_limit: int | None = UNCHANGED,
+    rate_limit: float | None = UNCHANGED,
+    key_concurrency_limit: int | None = UNCHANGED,
+    key_rate_limit: float | None = UNCHANGED,
+) -> QueueControls:
+    """Set (or, with None, remove) the queue's concurrency and rate limits, and its limits
+    per concurrency key; a limit not given keeps its value.
+
+    A rate limit given starts with a full bucket (for a per-key rate: every key's).
+    """
+    _check_concurrency_limit(concurrency_limit, "concurrency_limit")
+    _check_rate_limit(rate_limit, "rate_limit")
+    _check_concurrency_limit(key_concurrency_limit, "key_concurrency_limit")
+    _check_rate_limit(key_rate_limit, "key_rate_limit")
     values: dict[str, Any] = {}
     if concurrency_limit is not UNCHANGED:
         values["concurrency_limit"] = concurrency_limit
     if rate_limit is not UNCHANGED:
         rate = None if rate_limit is None else float(rate_limit)
         values.update(rate_limit=rate, rate_tokens=None, rate_updated_at=None)
-    controls = _change(name, **values)
+    if key_concurrency_limit is not UNCHANGED:
+        values["key_concurrency_limit"] = key_concurrency_limit
+    with transaction.atomic():
+        if key_rate_limit is not UNCHANGED:
+            values["key_rate_limit"] = None if key_rate_limit is None else float(key_rate_limit)
+            # Under the queue's lock (taken by _change, held to the commit): no claim
+            # spends from a bucket between its deletion and the new rate.
+            _check_name(name)
+            lock_queue(name)
+            KeyBucket.objects.filter(queue=name).delete()
+        controls = _change(name, **values)
     log.info(
         "queue_limits_set",
         queue=name,
         concurrency_limit=controls.concurrency_limit,
         rate_limit=controls.rate_limit,
+        key_concurrency_limit=controls.key_concurrency_limit,
+        key_rate_limit=controls.key_rate_limit,
     )
     return controls
+
+
+def prune_full_key_buckets(queues) -> int:
+    """Delete the per-key rate buckets of ``queues`` that are full again (or whose queue has
+    no per-key rate any more); how many were deleted."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql.query("prune_full_key_buckets"), {"queues": list(queues)})
+        return cursor.rowcount
 
 
 def queue_controls(names=None) -> dict[str, QueueControls]:
     """The controls of each configured queue (or of ``names``); a queue without a row has none."""
     names = list(queue_settings().QUEUES) if names is None else list(names)
     rows = QueueState.objects.filter(name__in=names).values_list(
-        "name", "paused", "concurrency_limit", "rate_limit"
+        "name", "paused", "concurrency_limit", "rate_limit", "key_concurrency_limit", "key_rate_limit"
     )
     found = {row[0]: QueueControls(*row) for row in rows}
     return {name: found.get(name, QueueControls(name)) for name in names}

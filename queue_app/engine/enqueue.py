@@ -20,6 +20,7 @@ from django.utils import timezone
 from queue_app import broker
 from queue_app.conf import QueueSettings, queue_settings
 from queue_app.engine import sql
+from queue_app.engine.controls import KEY_LOCK_CLASS
 from queue_app.engine.outbox import ready_placement
 from queue_app.engine.uniqueness import Uniqueness, checked_uniqueness, lock_and_find
 from queue_app.exceptions import (
@@ -83,6 +84,12 @@ class JobRequest:
     unique_key: str | None = None
     unique_for: float | None = None
     unique_states: Sequence[str] | None = None
+    # Not started by then, the job never runs (settled as expired). expires_in: seconds from
+    # the enqueue, the same asked another way (give one of the two).
+    expires_at: datetime | None = None
+    expires_in: float | None = None
+    # Jobs sharing a key share their queue's per-key limits (key_concurrency_limit, key_rate_limit).
+    concurrency_key: str | None = None
 
     def fingerprint(self) -> str:
         """Same fingerprint = same request; another schedule is another request.
@@ -98,6 +105,12 @@ class JobRequest:
         if self.unique_key is not None:
             states = None if self.unique_states is None else sorted(self.unique_states)
             body.append({"unique": [self.unique_key, self.unique_for, states]})
+        if self.expires_in is not None:
+            body.append({"expires_in": self.expires_in})
+        elif self.expires_at is not None:
+            body.append({"expires_at": self.expires_at.astimezone(UTC).isoformat()})
+        if self.concurrency_key is not None:
+            body.append({"concurrency_key": self.concurrency_key})
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
@@ -165,7 +178,37 @@ def _checked(request: JobRequest, settings: QueueSettings) -> _Checked:
             raise InvalidJob("must be 1 to 255 characters", field="idempotency_key")
         check_json(key, field="idempotency_key", max_bytes=1024, max_depth=1)
     uniqueness = checked_uniqueness(request.unique_key, request.unique_for, request.unique_states)
+    check_job_options(request)
     return _Checked(request, payload_json, max_attempts, priority, priority_value, uniqueness)
+
+
+# The longest expiry a job may ask for, in seconds (about a hundred years).
+MAX_EXPIRES_IN = 100 * 365 * 86400.0
+
+
+def check_job_options(request: JobRequest) -> None:
+    """Expiry (expires_at or expires_in) and concurrency_key; InvalidJob names the field."""
+    if request.expires_at is not None and request.expires_in is not None:
+        raise InvalidJob("give expires_at or expires_in, not both", field="expires_in")
+    if request.expires_at is not None:
+        if not isinstance(request.expires_at, datetime):
+            raise InvalidJob("must be a datetime", field="expires_at")
+        if timezone.is_naive(request.expires_at):
+            raise InvalidJob("must include a UTC offset", field="expires_at")
+    seconds = request.expires_in
+    if seconds is not None and (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not 0 < seconds <= MAX_EXPIRES_IN  # NaN fails too
+    ):
+        raise InvalidJob(
+            f"must be a number of seconds above 0 and at most {MAX_EXPIRES_IN:g}", field="expires_in"
+        )
+    key = request.concurrency_key
+    if key is not None:
+        if not isinstance(key, str) or not 1 <= len(key) <= 255:
+            raise InvalidJob("must be 1 to 255 characters", field="concurrency_key")
+        check_json(key, field="concurrency_key", max_bytes=1024, max_depth=1)
 
 
 def _check_all(requests: Sequence[JobRequest]) -> list[_Checked]:
@@ -216,6 +259,9 @@ class _Planned:
     # (stored, also accepted): see _fingerprints.
     fingerprints: tuple[str, str]
     uniqueness: Uniqueness | None
+    expires_at: datetime | None
+    # Kept out of Redis behind its key's job in line (decided under the key's lock).
+    parked: bool = False
 
 
 def _plan(item: _Checked, now: datetime) -> _Planned:
@@ -233,6 +279,9 @@ def _plan(item: _Checked, now: datetime) -> _Planned:
         enqueued_at=request.run_at if scheduled else now,
         fingerprints=_fingerprints(item) if request.idempotency_key else ("", ""),
         uniqueness=item.uniqueness,
+        expires_at=request.expires_at
+        if request.expires_in is None
+        else now + timedelta(seconds=request.expires_in),
     )
 
 
@@ -268,6 +317,9 @@ def _row_values(job: _Planned, settings: QueueSettings) -> dict[str, Any]:
         "idempotency_key": request.idempotency_key,
         "fingerprint": job.fingerprints[0],
         "unique_key": request.unique_key,
+        "expires_at": job.expires_at,
+        "concurrency_key": request.concurrency_key,
+        "parked": False,
         "backend": request.backend,
         "message": f"enqueued on {job.queue} ({job.priority})",
         "extra": json.dumps({"run_at": job.next_retry_at.isoformat()}) if job.next_retry_at else "{}",
@@ -356,6 +408,9 @@ def _created_job(planned: _Planned, owner, created_at: datetime, trace_context) 
         "idempotency_key": request.idempotency_key,
         "idempotency_fingerprint": planned.fingerprints[0],
         "unique_key": request.unique_key,
+        "expires_at": planned.expires_at,
+        "concurrency_key": request.concurrency_key,
+        "parked": planned.parked,
         "owner_id": getattr(owner, "pk", None),
         "worker_id": "",
         "lease_expires_at": None,
@@ -425,6 +480,36 @@ def _held_keys(planned: list[_Planned], owner) -> dict[int, Job | int]:
     return held
 
 
+def _takes_turns(job: _Planned) -> bool:
+    return job.request.concurrency_key is not None and job.next_retry_at is None
+
+
+def _park(planned: list[_Planned], rows: list[dict[str, Any]], indexes: list[int]) -> None:
+    """Park each job (of ``indexes``) whose key already has a job in line, or gets one
+    earlier in this call: one id per key in Redis at a time, the claim of which gives the
+    key its next turn (round robin among keys, claim_v4.sql). Takes the keys' locks, held
+    until the caller's transaction ends."""
+    pairs = sorted({(planned[index].queue, str(planned[index].request.concurrency_key)) for index in indexes})
+    params = {
+        "lock_class": KEY_LOCK_CLASS,
+        "queues": [queue for queue, _ in pairs],
+        "keys": [key for _, key in pairs],
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(sql.query("lock_keys"), params)
+        # A statement of its own: its snapshot is taken once the locks are held.
+        cursor.execute(sql.query("keys_in_line"), params)
+        in_line = set(cursor.fetchall())
+    for index in indexes:
+        job = planned[index]
+        pair = (job.queue, str(job.request.concurrency_key))
+        job.parked = pair in in_line
+        rows[index]["parked"] = job.parked
+        if job.parked:
+            rows[index]["direct"] = False  # no outbox row: nothing to push
+        in_line.add(pair)
+
+
 def _duplicate(job: Job) -> Job:
     """The job a unique request matched, marked as such (a copy: one job may be returned
     for several requests of one call, the first of them its creator)."""
@@ -444,13 +529,17 @@ def _write(
     """
     keyed = [job.request.idempotency_key for job in planned if job.request.idempotency_key]
     unique = any(job.uniqueness for job in planned)
+    # A job with a concurrency key (and no start time) may park behind its key's job in line.
+    turns = [index for index, job in enumerate(planned) if _takes_turns(job)]
     # One statement is atomic on its own, so without a caller's transaction it
     # runs in autocommit: no BEGIN/COMMIT round trips. A savepoint (or a
     # transaction) is needed only when a key conflict must undo the call's other
     # jobs, or to hold unique keys' locks until the jobs that take them commit.
-    block = transaction.atomic() if unique or (keyed and len(planned) > 1) else nullcontext()
+    block = transaction.atomic() if unique or turns or (keyed and len(planned) > 1) else nullcontext()
     with block:
         held = _held_keys(planned, owner) if unique else {}
+        if turns:
+            _park(planned, rows, [index for index in turns if index not in held])
         inserted = [row for index, row in enumerate(rows) if index not in held]
         created_at: dict[uuid.UUID, datetime] = {}
         if inserted:
@@ -545,6 +634,9 @@ def enqueue_job(
     unique_key: str | None = None,
     unique_for: float | None = None,
     unique_states: Sequence[str] | None = None,
+    expires_at: datetime | None = None,
+    expires_in: float | None = None,
+    concurrency_key: str | None = None,
     owner=None,
     backend: str = "",
 ) -> Job:
@@ -564,6 +656,9 @@ def enqueue_job(
         unique_key=unique_key,
         unique_for=unique_for,
         unique_states=unique_states,
+        expires_at=expires_at,
+        expires_in=expires_in,
+        concurrency_key=concurrency_key,
         backend=backend,
     )
     try:

@@ -17,7 +17,7 @@ from django.db import connection, transaction
 
 from queue_app.conf import queue_settings
 from queue_app.engine import selectors, sql
-from queue_app.engine.controls import QUEUE_LOCK_CLASS
+from queue_app.engine.controls import KEY_LOCK_CLASS, QUEUE_LOCK_CLASS
 from queue_app.engine.retry_policy import backoff_delay, failure_policy  # noqa: F401 - the runtime's
 from queue_app.engine.transitions import (
     TransitionedJob,
@@ -25,6 +25,7 @@ from queue_app.engine.transitions import (
     record_transitions,
     table_params,
     transition,
+    transitioned,
 )
 from queue_app.exceptions import failure_cause
 from queue_app.handlers import get_handler
@@ -56,6 +57,16 @@ class Claim:
 
     jobs: list[ClaimedJob]
     held_back: dict[str, list[str]]  # queue -> ids, in pop order
+    # Of those, the ids held back by their concurrency key's limits (not their queue's).
+    held_by_key: frozenset[str] = frozenset()
+
+
+# The claim settles an expired id it pops (claim_v4.sql): bound from the table like its own.
+_EXPIRE_PARAMS = {
+    "expire_target": transition("expire").target,
+    "expire_event": transition("expire").event,
+    "expire_level": transition("expire").level,
+}
 
 
 def claim_jobs(ids: Sequence[str], *, worker_id: str) -> list[ClaimedJob]:
@@ -104,6 +115,7 @@ def claim(
             "exclusive": [queues[name] for name in names],
             "lock_class": QUEUE_LOCK_CLASS,
             **table_params("claim"),
+            **_EXPIRE_PARAMS,
         }
         # One statement alone is its own transaction; with completions, one round trip for both.
         with sql.one_round_trip() if completions else nullcontext():
@@ -118,9 +130,12 @@ def claim(
     position = {job_id: index for index, job_id in enumerate(valid_ids)}
     rows.sort(key=lambda row: position[str(row[0])])
     claimed = []
+    held_by_key = set()
     for row in rows:
         if not row[7]:
             held_back.setdefault(row[2], []).append(str(row[0]))
+            if row[1] == "key":
+                held_by_key.add(str(row[0]))
             continue
         claimed.append(
             ClaimedJob(
@@ -142,7 +157,7 @@ def claim(
     settled = {job.id for job in claimed} | {job_id for v in held_back.values() for job_id in v}
     if len(settled) < len(set(ids)):
         _log_unclaimed(set(ids) - settled)
-    return Claim(claimed, held_back)
+    return Claim(claimed, held_back, frozenset(held_by_key))
 
 
 def _json(value: Any) -> Any:
@@ -161,6 +176,8 @@ def _log_unclaimed(ids: set[str]) -> None:
     for job_id in ids:
         if job_id not in found:
             log.warning("job_not_found_in_db", job_id=job_id)
+        elif found[job_id] == Status.EXPIRED:
+            log.info("job_expired_unstarted", job_id=job_id)
         else:
             log.warning("job_status_not_queued", job_id=job_id, status=found[job_id])
 
@@ -364,6 +381,47 @@ def _spec_or_none(job_type: str | None):
         return get_handler(job_type)
     except Exception:  # noqa: BLE001 - an unregistered type just uses the defaults
         return None
+
+
+def expire_queued_jobs(limit: int = 1000, *, queues: Sequence[str] | None = None) -> list[TransitionedJob]:
+    """Settle as expired up to ``limit`` queued jobs past their expires_at (of ``queues`` when
+    given), with their log rows and outbox rows taking their ids out of Redis.
+
+    The claim settles an expired id it pops itself; this reaches the ones no worker pops
+    (a paused queue, a backlog, ids lost from Redis), so none sits queued for ever.
+    """
+    row = transition("expire")
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                sql.query("expire_queued_jobs"),
+                {
+                    "sources": sorted(row.sources),
+                    "target": row.target,
+                    "limit": limit,
+                    "queues": None if queues is None else list(queues),
+                },
+            )
+            jobs = [transitioned(found) for found in cursor.fetchall()]
+        record_transitions(row, jobs, message="not started by its expiry")
+    if jobs:
+        log.info("jobs_expired", count=len(jobs))
+    return jobs
+
+
+def release_stalled_keys(queues: Sequence[str], *, limit: int = 1000) -> int:
+    """Give their next turn to keys of ``queues`` with parked jobs and none in line (their
+    ready job was cancelled, or the claim that took it could not lock the key): how many
+    jobs were unparked (sent to Redis through the outbox). See claim_v4.sql."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql.query("release_stalled_keys"),
+            {"queues": list(queues), "lock_class": KEY_LOCK_CLASS, "limit": limit},
+        )
+        released = cursor.fetchone()[0]
+    if released:
+        log.info("key_turns_released", count=released)
+    return released
 
 
 def rescue_expired_leases(limit: int = 1000, *, queues: Sequence[str] | None = None) -> list[TransitionedJob]:

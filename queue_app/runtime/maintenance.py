@@ -8,7 +8,14 @@ Three chores keep a queue moving between reconcile passes:
   (``broker.take_due``, priorities looked up in PostgreSQL), every SWEEP_SECONDS;
 - lease rescue: jobs whose worker stopped heartbeating are requeued or failed
   (``execution.rescue_expired_leases``), every LEASE_RESCUE_SECONDS, their Redis
-  intents going out through the outbox.
+  intents going out through the outbox;
+- expiry: queued jobs past their ``expires_at`` that no claim met are settled as
+  expired (``execution.expire_queued_jobs``), with the lease rescue;
+- key turns: a concurrency key with parked jobs and none in line (its ready job
+  was cancelled, or the claim could not lock the key) gets its next job sent to
+  Redis (``execution.release_stalled_keys``), every SWEEP_SECONDS; and the per-key
+  rate buckets that have refilled are deleted (``controls.prune_full_key_buckets``),
+  with the lease rescue.
 
 Each is safe to run twice at once (the scripts move only what the calling call
 removed, the rescue is a conditional UPDATE with SKIP LOCKED), so the election
@@ -32,7 +39,7 @@ from typing import Any
 
 from queue_app import broker
 from queue_app.conf import queue_settings
-from queue_app.engine import execution, maintenance_leases, selectors
+from queue_app.engine import controls, execution, maintenance_leases, selectors
 from queue_app.observability.logs import get_logger
 from queue_app.runtime.outages import OutageGuard
 
@@ -142,6 +149,7 @@ class Maintenance:
             promoted = _in_batches(lambda queue=queue: self._promote(client, queue))
             if promoted:
                 log.debug("retry_promoted", queue=queue, count=promoted, holder=self.holder)
+        execution.release_stalled_keys(sorted(self.leading), limit=BATCH_SIZE)
 
     def _promote(self, client: Any, queue: str) -> int:
         """Move one batch of due ids of ``queue`` to their ready structures; returns how many were taken."""
@@ -172,6 +180,10 @@ class Maintenance:
         rescued = _in_batches(lambda: len(execution.rescue_expired_leases(limit=BATCH_SIZE, queues=queues)))
         if rescued:
             log.info("leases_rescued", queues=queues, count=rescued, holder=self.holder)
+        expired = _in_batches(lambda: len(execution.expire_queued_jobs(limit=BATCH_SIZE, queues=queues)))
+        if expired:
+            log.info("queued_jobs_expired", queues=queues, count=expired, holder=self.holder)
+        controls.prune_full_key_buckets(queues)
 
 
 def _in_batches(batch: Callable[[], int]) -> int:

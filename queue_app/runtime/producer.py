@@ -13,6 +13,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 
 import redis
 
@@ -30,6 +31,9 @@ CONTROLS_REFRESH_SECONDS = 1.0
 # How long a worker leaves a queue alone after its claim held ids back because the
 # queue was full (concurrency limit): its running jobs need time to finish.
 HELD_BACK_PAUSE_SECONDS = 0.1
+# How long an id its concurrency key's limits held back waits in the retry set: out of
+# the line meanwhile, so the ids of other keys behind it are popped.
+KEY_HELD_BACK_SECONDS = 0.1
 # The longest a claimed id stays in its in-flight set when no pop comes to acknowledge
 # it (the heartbeat thread does then); well inside broker.INFLIGHT_SECONDS.
 ACK_DELAY_SECONDS = 1.0
@@ -174,7 +178,7 @@ class Producer:
         """Put back what the claim did not take, and leave the rest to be acknowledged."""
         try:
             if claim.held_back:
-                self._put_back_held(client, popped, claim.held_back)
+                self._put_back_held(client, popped, claim.held_back, claim.held_by_key)
         except redis.RedisError as exc:
             # Unacknowledged ids return to ready at their deadline: duplicates the claim drops.
             log.warning("pop_not_acknowledged", worker=self.worker_id, error=str(exc)[:300])
@@ -185,11 +189,31 @@ class Producer:
         if unclaimed:
             self._put_back_not_due(unclaimed)
 
-    def _put_back_held(self, client, popped: dict[str, list[str]], held_back: dict[str, list[str]]) -> None:
+    def _put_back_held(
+        self,
+        client,
+        popped: dict[str, list[str]],
+        held_back: dict[str, list[str]],
+        by_key: frozenset[str] = frozenset(),
+    ) -> None:
         """Return the ids the queue controls held back to their place in line (they are
         then not acknowledged), and leave their queues alone for a moment: a paused one
-        until the controls say otherwise, a full or rate-limited one briefly."""
+        until the controls say otherwise, a full or rate-limited one briefly.
+
+        Ids their concurrency key's limits held back go to the retry set for
+        KEY_HELD_BACK_SECONDS instead (and are acknowledged like claimed ones): the queue
+        is not full, and the other keys' ids behind them are popped meanwhile.
+        """
         now = time.monotonic()
+        aside = [(queue, job_id) for queue, held in held_back.items() for job_id in held if job_id in by_key]
+        if aside:
+            due = broker.due_score(datetime.now(UTC) + timedelta(seconds=KEY_HELD_BACK_SECONDS))
+            broker.apply(
+                client,
+                (broker.Intent("schedule", job_id, queue, self.fifo[queue], due) for queue, job_id in aside),
+            )
+        held_back = {q: [i for i in held if i not in by_key] for q, held in held_back.items()}
+        held_back = {q: held for q, held in held_back.items() if held}
         for queue, held in held_back.items():
             broker.put_back(client, queue, self.fifo[queue], held)
             put_back = set(held)
@@ -197,6 +221,8 @@ class Producer:
                 self._tokens.pop(job_id, None)
             popped[queue] = [job_id for job_id in popped[queue] if job_id not in put_back]
             self._held_until[queue] = now + HELD_BACK_PAUSE_SECONDS
+        if not held_back:
+            return
         self.refresh_controls(now=True)
         for queue, state in self.controls.items():
             if queue in held_back and state.rate_limit:

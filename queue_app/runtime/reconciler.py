@@ -8,7 +8,9 @@ Redis can always be rebuilt from PostgreSQL. One run, in this order:
    (``execution.rescue_expired_leases``; their outbox rows reach Redis through
    the relay). Each queue's maintenance leader does this every
    LEASE_RESCUE_SECONDS (runtime/maintenance.py); the pass does it again, for
-   every queue, for the queues no running worker serves;
+   every queue, for the queues no running worker serves. Queued jobs past
+   their ``expires_at`` are settled as expired the same way
+   (``execution.expire_queued_jobs``);
 2. prune: ids in any structure of a configured queue whose job is missing, no
    longer queued, or belongs elsewhere are removed (before restoring, so the
    scan does not walk the ids this run is about to add);
@@ -61,6 +63,7 @@ RESTORED_RETRY = "restored_retry"
 REMOVED_STALE = "removed_stale"
 REQUEUED_EXPIRED = "requeued_expired"
 FAILED_EXPIRED = "failed_expired"
+SETTLED_EXPIRED = "expired"
 SKIPPED_RELAY = "skipped_relay_pending"
 SKIPPED_GRACE = "skipped_grace"
 SKIPPED_UNKNOWN_QUEUE = "skipped_unknown_queue"
@@ -70,6 +73,7 @@ ACTIONS = (
     REMOVED_STALE,
     REQUEUED_EXPIRED,
     FAILED_EXPIRED,
+    SETTLED_EXPIRED,
     SKIPPED_RELAY,
     SKIPPED_GRACE,
     SKIPPED_UNKNOWN_QUEUE,
@@ -89,6 +93,7 @@ _WOULD = {
     REMOVED_STALE: "remove a stale id",
     REQUEUED_EXPIRED: "requeue (lease expired)",
     FAILED_EXPIRED: "fail (lease expired, no attempt left)",
+    SETTLED_EXPIRED: "settle as expired (not started by its expiry)",
 }
 
 
@@ -112,6 +117,8 @@ class QueuedJob:
     due: bool
     relay_pending: bool
     recent: bool
+    # Waits out of Redis behind its concurrency key's job in line: nothing to restore.
+    parked: bool = False
 
 
 @dataclass(frozen=True)
@@ -171,6 +178,7 @@ class Reconciler:
         self._started = self._last_progress = time.monotonic()
         client = broker.get_client()
         self._rescue_expired_leases()
+        self._expire_queued_jobs()
         self._prune_stale_ids(client)
         self._restore_missing(client)
         for queue, count in sorted(self._unknown_queues.items()):
@@ -229,6 +237,19 @@ class Reconciler:
                 action = REQUEUED_EXPIRED if job.status == Status.QUEUED else FAILED_EXPIRED
                 self._record(action, job_id=job.id, attempt=job.attempts)
             if len(rescued) < self.batch_size:
+                return
+
+    def _expire_queued_jobs(self) -> None:
+        if self.dry_run:
+            for page in self._pages("expired_jobs_page", {}):
+                for (job_id,) in page:
+                    self._record(SETTLED_EXPIRED, job_id=job_id)
+            return
+        while not self.stopping:
+            expired = execution.expire_queued_jobs(limit=self.batch_size)
+            for job in expired:
+                self._record(SETTLED_EXPIRED, job_id=job.id)
+            if len(expired) < self.batch_size:
                 return
 
     # --- 2. stale ids ------------------------------------------------------------
@@ -306,7 +327,8 @@ class Reconciler:
                     chunk=self._script_chunk,
                 )
             for page in self._pages("queued_jobs_page", {"grace": self.grace_seconds}):
-                self._restore_page(client, [QueuedJob(*row) for row in page], token)
+                jobs = [QueuedJob(*row) for row in page]
+                self._restore_page(client, [job for job in jobs if not job.parked], token)
             if not self.dry_run:
                 # A crash before or during this leaves the rest of the staged ids only
                 # in the staging key, which expires; the next run finds those jobs

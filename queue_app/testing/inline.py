@@ -51,6 +51,7 @@ _OUTCOMES = {
     Status.FAILED: "failed",
     Status.QUEUED: "retried",
     Status.CANCELLED: "cancelled",
+    Status.EXPIRED: "expired",
 }
 
 

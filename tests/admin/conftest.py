@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from queue_app import services
 from queue_app.engine import execution
@@ -32,6 +35,9 @@ def make_job(
     )
     if status == "cancelled":
         services.cancel_job(job.id)
+    elif status == "expired":
+        Job.objects.filter(id=job.id).update(expires_at=timezone.now() - timedelta(seconds=1))
+        execution.expire_queued_jobs()
     elif status in ("processing", "completed", "failed"):
         (claimed,) = execution.claim_jobs([str(job.id)], worker_id="admin-tests")
         if status == "completed":

@@ -75,6 +75,7 @@ def test_counts_redis_depth_drift_and_outbox(admin_client, busy_queues):
         "completed": 1,
         "failed": 1,
         "cancelled": 0,
+        "expired": 0,
     }
     assert snap.total_jobs == 6
     assert not snap.estimated

@@ -51,7 +51,8 @@ def test_columns_show_id_badge_attempts_duration_and_error_excerpt(admin_client)
 
 def test_status_filter_lists_only_that_status(admin_client):
     jobs = {
-        status: make_job(status) for status in ("queued", "processing", "completed", "failed", "cancelled")
+        status: make_job(status)
+        for status in ("queued", "processing", "completed", "failed", "cancelled", "expired")
     }
     for status, job in jobs.items():
         assert listed_ids(admin_client.get(changelist(f"status__exact={status}"))) == {str(job.id)}

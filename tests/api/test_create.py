@@ -30,6 +30,8 @@ JOB_FIELDS = {
     "result",
     "idempotency_key",
     "unique_key",
+    "expires_at",
+    "concurrency_key",
     "logs",
 }
 

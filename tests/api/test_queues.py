@@ -24,7 +24,15 @@ def test_list_shows_every_configured_queue_and_its_controls(staff_api):
     response = staff_api.get("/api/queues/")
     assert response.status_code == 200
     assert response.json() == [
-        {"name": "default", "fifo": False, "paused": False, "concurrency_limit": None, "rate_limit": None}
+        {
+            "name": "default",
+            "fifo": False,
+            "paused": False,
+            "concurrency_limit": None,
+            "rate_limit": None,
+            "key_concurrency_limit": None,
+            "key_rate_limit": None,
+        }
     ]
 
 

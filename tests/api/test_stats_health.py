@@ -72,6 +72,7 @@ def test_stats_match_the_rows_and_redis(api, staff_api, two_queues):
             "completed": 1,
             "failed": 1,
             "cancelled": 1,
+            "expired": 0,
         },
         "by_queue": {
             "default": {
@@ -81,6 +82,7 @@ def test_stats_match_the_rows_and_redis(api, staff_api, two_queues):
                 "completed": 0,
                 "failed": 0,
                 "cancelled": 0,
+                "expired": 0,
             },
             "bulk": {
                 "queued": 2,
@@ -89,6 +91,7 @@ def test_stats_match_the_rows_and_redis(api, staff_api, two_queues):
                 "completed": 1,
                 "failed": 1,
                 "cancelled": 1,
+                "expired": 0,
             },
         },
     }

@@ -92,10 +92,10 @@ def test_the_claim_function_runs_its_statements_on_generic_plans_without_jit():
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT proname, proconfig, provolatile FROM pg_proc"
-            " WHERE proname IN ('queue_claim_jobs_v3', 'queue_claim_controlled_jobs_v3') ORDER BY proname"
+            " WHERE proname IN ('queue_claim_jobs_v4', 'queue_claim_controlled_jobs_v4') ORDER BY proname"
         )
         functions = cursor.fetchall()
-    assert [name for name, _, _ in functions] == ["queue_claim_controlled_jobs_v3", "queue_claim_jobs_v3"]
+    assert [name for name, _, _ in functions] == ["queue_claim_controlled_jobs_v4", "queue_claim_jobs_v4"]
     for _, config, volatility in functions:
         assert sorted(config) == ["enable_seqscan=off", "jit=off", "plan_cache_mode=force_generic_plan"]
         # VOLATILE: each statement inside takes a fresh snapshot, so the claim sees what
@@ -108,14 +108,14 @@ def _controlled_claims() -> int:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions"
-            " WHERE funcname = 'queue_claim_controlled_jobs_v3'"
+            " WHERE funcname = 'queue_claim_controlled_jobs_v4'"
         )
         return cursor.fetchone()[0]
 
 
 @pytest.mark.django_db
 def test_a_claim_of_jobs_whose_queue_has_no_controls_takes_the_short_path():
-    """schema/claim_v3.sql: only a claim that left an id unclaimed runs the full claim."""
+    """schema/claim_v4.sql: only a claim that left an id unclaimed runs the full claim."""
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL track_functions = 'pl'")
     first, second = enqueue_job("demo.echo", {"n": 1}), enqueue_job("demo.echo", {"n": 2})

@@ -27,6 +27,11 @@ def _complete(job):
     execution.complete_jobs([Completion(str(job.id), job.fence, {"ok": True})])
 
 
+def _expire(job):
+    Job.objects.filter(id=job.id).update(expires_at=timezone.now() - timedelta(seconds=1))
+    execution.expire_queued_jobs()
+
+
 # How each transition is reached through the engine's own entry points.
 APPLY = {
     "claim": lambda job: execution.claim_jobs([str(job.id)], worker_id=WORKER),
@@ -44,6 +49,8 @@ APPLY = {
     "rescue_cancel": lambda job: execution.rescue_expired_leases(),
     "retry": lambda job: services.retry_job(job.id),
     "request_retry": lambda job: services.retry_job(job.id),
+    # The maintenance leader's (and reconciler's) way; a claim settles a popped one the same.
+    "expire": lambda job: _expire(job),
 }
 
 # An entry point that serves two transitions takes the other one from these statuses (an

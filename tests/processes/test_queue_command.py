@@ -31,6 +31,16 @@ def test_limit_sets_and_removes_each_limit():
     assert run("limit", "default", "--rate=none").endswith("concurrency limit 3, rate limit none\n")
 
 
+def test_limit_sets_and_removes_the_per_key_limits():
+    assert run("limit", "default", "--key-concurrency=2", "--key-rate=0.5").endswith(
+        "rate limit none, per key: concurrency limit 2, rate limit 0.5/s\n"
+    )
+    assert run("limit", "default", "--key-concurrency=none", "--key-rate=none").endswith("rate limit none\n")
+    assert QueueState.objects.get(name="default").key_concurrency_limit is None
+    with pytest.raises(CommandError, match="--key-concurrency: must be a whole number"):
+        run("limit", "default", "--key-concurrency=0")
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -40,8 +50,14 @@ def test_limit_sets_and_removes_each_limit():
         (("limit", "default", "--concurrency=0"), "--concurrency: must be a whole number"),
         (("limit", "default", "--rate=fast"), "--rate: expected a number or 'none'"),
         (("limit", "default", "--rate=0"), "--rate: must be .* or 'none' for no limit"),
-        (("pause", "default", "--concurrency=3"), "pause: --concurrency and --rate go with limit only"),
-        (("status", "default", "--rate=5"), "status: --concurrency and --rate go with limit only"),
+        (
+            ("pause", "default", "--concurrency=3"),
+            "pause: --concurrency, --rate, --key-concurrency and --key-rate go with limit only",
+        ),
+        (
+            ("status", "default", "--rate=5"),
+            "status: --concurrency, --rate, --key-concurrency and --key-rate go with limit only",
+        ),
     ],
 )
 def test_bad_input_names_the_argument(args, message):

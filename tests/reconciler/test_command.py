@@ -31,7 +31,8 @@ pytestmark = [
 
 SUMMARY = re.compile(
     r"^reconcile: restored_ready=(\d+) restored_retry=(\d+) removed_stale=(\d+) requeued_expired=(\d+) "
-    r"failed_expired=(\d+) skipped_relay_pending=(\d+) skipped_grace=(\d+) skipped_unknown_queue=(\d+) "
+    r"failed_expired=(\d+) expired=(\d+) skipped_relay_pending=(\d+) skipped_grace=(\d+) "
+    r"skipped_unknown_queue=(\d+) "
     r"seconds=[\d.]+$"
 )
 
@@ -141,7 +142,7 @@ def test_a_run_repairs_prints_one_summary_line_and_logs_each_change(redis_client
     match = SUMMARY.match(out.strip())
     assert match, out
     # 2 ready + 1 retry restored, 1 stale removed, 1 rescued; the rescued job's row is the relay's.
-    assert match.groups() == ("2", "1", "1", "1", "0", "1", "0", "0")
+    assert match.groups() == ("2", "1", "1", "1", "0", "0", "1", "0", "0")
     events = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     changes = {
         (e["event"], e["job_id"]) for e in events if e["event"].startswith("reconcile_") and "job_id" in e

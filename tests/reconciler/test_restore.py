@@ -223,7 +223,7 @@ def test_summary_line_has_every_count():
 
     assert report.summary().startswith(
         "reconcile: restored_ready=2 restored_retry=0 removed_stale=0 requeued_expired=0 "
-        "failed_expired=0 skipped_relay_pending=0 skipped_grace=0 skipped_unknown_queue=0 seconds="
+        "failed_expired=0 expired=0 skipped_relay_pending=0 skipped_grace=0 skipped_unknown_queue=0 seconds="
     )
 
 

@@ -8,6 +8,26 @@
 -- (DISPATCH_ON_COMMIT): its outbox row waits RELAY_GRACE_SECONDS
 -- (dispatch_after) before the relay looks at it, and it wakes no relay.
 
+-- name: lock_keys
+-- The advisory locks of the concurrency keys a call enqueues to (class QUEUE_LOCK_CLASS + 1,
+-- as the claim in schema/claim_v4.sql tries them), in hash order so two calls never
+-- deadlock. Held to the end of the transaction: whether a job parks behind its key's job
+-- in line is decided, and written, before a claim can give the key its next turn.
+SELECT pg_advisory_xact_lock(%(lock_class)s, k.h)
+  FROM (SELECT DISTINCT hashtext(t.queue || '/' || t.key) AS h
+          FROM unnest(%(queues)s::text[], %(keys)s::text[]) AS t(queue, key)) AS k
+ ORDER BY k.h
+
+-- name: keys_in_line
+-- Of the given (queue, key) pairs, those with a job in line (queued, ready, not parked):
+-- a new job of such a key parks behind it. The literal status is the condition of
+-- idx_jobs_queued_key.
+SELECT DISTINCT jobs.queue, jobs.concurrency_key
+  FROM unnest(%(queues)s::text[], %(keys)s::text[]) AS t(queue, key)
+  JOIN jobs ON jobs.queue = t.queue AND jobs.concurrency_key = t.key
+ WHERE jobs.status = 'queued' AND NOT jobs.parked AND jobs.concurrency_key IS NOT NULL
+   AND (jobs.next_retry_at IS NULL OR jobs.next_retry_at <= now())
+
 -- name: insert_job
 -- One job: the same rows as insert_jobs, planned much faster than its arrays.
 -- A key its owner already used (jobs without an owner share one scope) inserts
@@ -16,11 +36,12 @@ WITH job AS (
     INSERT INTO jobs (id, type, queue, payload, priority, priority_value, status, attempts, max_attempts,
                       next_retry_at, enqueued_at, last_error, last_error_class, last_error_traceback,
                       idempotency_key,
-                      idempotency_fingerprint, unique_key, owner_id, worker_id, backend, trace_context)
+                      idempotency_fingerprint, unique_key, expires_at, concurrency_key, parked, owner_id, worker_id,
+                      backend, trace_context)
     VALUES (%(id)s, %(type)s, %(queue)s, %(payload)s::jsonb, %(priority)s, %(priority_value)s, %(status)s,
             0, %(max_attempts)s,
             %(next_retry_at)s, %(enqueued_at)s, '', '', '', %(idempotency_key)s,
-            %(fingerprint)s, %(unique_key)s, %(owner_id)s, '', %(backend)s, %(trace_context)s::jsonb)
+            %(fingerprint)s, %(unique_key)s, %(expires_at)s, %(concurrency_key)s, %(parked)s, %(owner_id)s, '', %(backend)s, %(trace_context)s::jsonb)
         ON CONFLICT (idempotency_key, owner_id) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, created_at
 ), logged AS (
@@ -31,6 +52,7 @@ WITH job AS (
     SELECT id, %(action)s, %(queue)s, %(score)s, %(member)s,
            CASE WHEN %(direct)s::boolean THEN now() + make_interval(secs => %(relay_grace)s::float8) END
       FROM job
+     WHERE NOT %(parked)s::boolean
 )
 SELECT id, created_at, CASE WHEN NOT %(direct)s::boolean THEN pg_notify('jobqueue_outbox', '') END FROM job
 
@@ -49,16 +71,18 @@ WITH request AS (
       FROM json_to_recordset(%(jobs)s::json)
            AS r(position int, id uuid, type text, queue text, payload text, priority text, priority_value int,
                 max_attempts int, next_retry_at timestamptz, enqueued_at timestamptz,
-                idempotency_key text, fingerprint text, unique_key text, backend text, message text, extra text,
+                idempotency_key text, fingerprint text, unique_key text, expires_at timestamptz,
+                concurrency_key text, parked boolean, backend text, message text, extra text,
                 action text, score float8, member text, direct boolean)
 ), job AS (
     INSERT INTO jobs (id, type, queue, payload, priority, priority_value, status, attempts, max_attempts,
                       next_retry_at, enqueued_at, last_error, last_error_class, last_error_traceback,
                       idempotency_key,
-                      idempotency_fingerprint, unique_key, owner_id, worker_id, backend, trace_context)
+                      idempotency_fingerprint, unique_key, expires_at, concurrency_key, parked, owner_id, worker_id,
+                      backend, trace_context)
     SELECT id, type, queue, payload::jsonb, priority, priority_value, %(status)s, 0, max_attempts,
            next_retry_at, enqueued_at, '', '', '', idempotency_key,
-           fingerprint, unique_key, %(owner_id)s, '', backend, %(trace_context)s::jsonb
+           fingerprint, unique_key, expires_at, concurrency_key, parked, %(owner_id)s, '', backend, %(trace_context)s::jsonb
       FROM request
      ORDER BY idempotency_key NULLS LAST, position
         ON CONFLICT (idempotency_key, owner_id) WHERE idempotency_key IS NOT NULL DO NOTHING
@@ -73,9 +97,10 @@ WITH request AS (
     SELECT request.id, request.action, request.queue, request.score, request.member,
            CASE WHEN request.direct THEN now() + make_interval(secs => %(relay_grace)s::float8) END
       FROM request JOIN job USING (id)
+     WHERE NOT request.parked
      ORDER BY request.position
 ), notified AS (
     SELECT pg_notify('jobqueue_outbox', '')
-     WHERE EXISTS (SELECT FROM request JOIN job USING (id) WHERE NOT request.direct)
+     WHERE EXISTS (SELECT FROM request JOIN job USING (id) WHERE NOT request.direct AND NOT request.parked)
 )
 SELECT job.id, job.created_at FROM job LEFT JOIN notified ON true

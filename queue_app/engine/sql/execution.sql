@@ -5,13 +5,14 @@
 
 -- name: claim_jobs
 -- The queue locks, then the compare-and-set claim, in one call: the function
--- queue_claim_jobs_v3 (schema/claim_v3.sql), which falls back to the claim with
--- queue controls, queue_claim_controlled_jobs_v3 (same file).
+-- queue_claim_jobs_v4 (schema/claim_v4.sql), which falls back to the claim with
+-- queue and key controls and expiry, queue_claim_controlled_jobs_v4 (same file).
 -- Returns the claimed jobs (claimed = true) and the queued, due ids the queue
 -- controls held back (claimed = false), which the caller puts back in place.
 SELECT id, type, queue, payload, attempts, max_attempts, fence, claimed, trace_context, waited
-  FROM queue_claim_jobs_v3(%(ids)s::uuid[], %(worker)s, %(lease)s, %(queues)s::text[], %(exclusive)s::boolean[],
-                           %(lock_class)s, %(sources)s::text[], %(target)s, %(event)s, %(level)s)
+  FROM queue_claim_jobs_v4(%(ids)s::uuid[], %(worker)s, %(lease)s, %(queues)s::text[], %(exclusive)s::boolean[],
+                           %(lock_class)s, %(sources)s::text[], %(target)s, %(event)s, %(level)s,
+                           %(expire_target)s, %(expire_event)s, %(expire_level)s)
 
 -- name: complete_jobs
 -- Primary-key look-ups of the given ids, whatever the statistics say (as in the
@@ -114,3 +115,28 @@ UPDATE jobs SET started_at = now()
 -- name: listen_cancel
 -- A worker hears the cancels of running jobs (request_cancel notifies "<id> <fence>").
 LISTEN jobqueue_cancel
+
+-- name: release_stalled_keys
+-- Keys with parked jobs and none in line get their next turn: the function
+-- queue_release_stalled_keys_v1 (schema/claim_v4.sql). Returns how many jobs it unparked.
+SELECT queue_release_stalled_keys_v1(%(queues)s::text[], %(lock_class)s, %(limit)s)
+
+-- name: expire_queued_jobs
+-- Queued jobs past their expiry that no claim has met (their ids not popped, or not in
+-- Redis at all), oldest expiry first: settled as expired. SKIP LOCKED: a claim or a cancel
+-- holding a row settles it itself. %(queues)s NULL: every queue; else those queues only.
+-- The literal status and expiry test are the condition of idx_jobs_queued_expiry.
+WITH due AS (
+    SELECT id
+      FROM jobs
+     WHERE status = 'queued' AND expires_at IS NOT NULL AND expires_at <= now()
+       AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+     ORDER BY expires_at
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE jobs SET status = %(target)s, completed_at = now(), next_retry_at = NULL
+  FROM due
+ WHERE jobs.id = due.id AND jobs.status = ANY(%(sources)s)
+RETURNING jobs.id, jobs.status, jobs.attempts, jobs.queue, jobs.priority_value, jobs.enqueued_at,
+          jobs.next_retry_at, jsonb_build_object('expires_at', jobs.expires_at)

@@ -4,14 +4,17 @@
 -- name: queued_jobs_page
 -- One page of queued jobs, with what the grace rules need. The inner LIMIT
 -- runs first, so the outbox look-up (by its job_id index) is made only for
--- the rows of this page.
+-- the rows of this page. The last column: parked behind its concurrency key's job in
+-- line, so kept out of Redis (the caller skips it; filtered here, a page would come
+-- back short and end the paging).
 SELECT j.id::text, j.queue, j.priority_value, j.enqueued_at, j.next_retry_at,
        j.next_retry_at IS NULL OR j.next_retry_at <= now() AS due,
        coalesce(o.pending, false) AS relay_pending,
        coalesce(j.next_retry_at > now() - make_interval(secs => %(grace)s) AND j.next_retry_at <= now(),
                 false)
-         OR coalesce(o.last_dispatched > now() - make_interval(secs => %(grace)s), false) AS recent
-  FROM (SELECT id, queue, priority_value, enqueued_at, next_retry_at
+         OR coalesce(o.last_dispatched > now() - make_interval(secs => %(grace)s), false) AS recent,
+       j.parked
+  FROM (SELECT id, queue, priority_value, enqueued_at, next_retry_at, parked
           FROM jobs
          WHERE status = 'queued' AND (%(after)s::uuid IS NULL OR id > %(after)s::uuid)
          ORDER BY id
@@ -27,6 +30,15 @@ SELECT j.id::text, j.queue, j.priority_value, j.enqueued_at, j.next_retry_at,
 SELECT id::text, attempts, max_attempts
   FROM jobs
  WHERE status IN ('processing', 'cancelling') AND lease_expires_at < now()
+   AND (%(after)s::uuid IS NULL OR id > %(after)s::uuid)
+ ORDER BY id
+ LIMIT %(limit)s
+
+-- name: expired_jobs_page
+-- One page of queued jobs past their expiry (what a dry run would settle as expired).
+SELECT id::text
+  FROM jobs
+ WHERE status = 'queued' AND expires_at IS NOT NULL AND expires_at <= now()
    AND (%(after)s::uuid IS NULL OR id > %(after)s::uuid)
  ORDER BY id
  LIMIT %(limit)s

@@ -10,13 +10,13 @@ from queue_app.engine.retention import prune_finished_jobs
 from queue_app.management.options import queue_names
 from queue_app.states import Status
 
-FINISHED = [Status.COMPLETED, Status.FAILED, Status.CANCELLED]
+FINISHED = [Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.EXPIRED]
 MAX_AGE_DAYS = 36500  # a hundred years
 
 
 class Command(BaseCommand):
     help = (
-        "Delete completed, failed and cancelled jobs, with their log and outbox rows, "
+        "Delete completed, failed, cancelled and expired jobs, with their log and outbox rows, "
         "finished more than an age ago. Queued and running jobs are never touched."
     )
 
@@ -30,12 +30,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--failed-min-age-days",
             type=float,
-            help="age for failed and cancelled jobs, when it differs (default: --min-age-days)",
+            help="age for failed, cancelled and expired jobs, when it differs (default: --min-age-days)",
         )
         parser.add_argument(
             "--status",
             default=",".join(FINISHED),
-            help="comma-separated finished statuses to prune (default: completed,failed,cancelled)",
+            help="comma-separated finished statuses to prune (default: completed,failed,cancelled,expired)",
         )
         parser.add_argument("--queue", help="comma-separated queues (default: all)")
         parser.add_argument("--backend", help="only jobs enqueued through this django.tasks backend alias")
@@ -66,7 +66,12 @@ class Command(BaseCommand):
                 f"--backend: unknown backend {options['backend']!r}; configured: {', '.join(settings.TASKS)}"
             )
         now = timezone.now()
-        ages = {Status.COMPLETED: min_age, Status.FAILED: failed_age, Status.CANCELLED: failed_age}
+        ages = {
+            Status.COMPLETED: min_age,
+            Status.FAILED: failed_age,
+            Status.CANCELLED: failed_age,
+            Status.EXPIRED: failed_age,
+        }
         counts = prune_finished_jobs(
             finished_before={s: now - timedelta(days=ages[s]) for s in statuses},
             queues=queues,
