@@ -13,6 +13,9 @@ from django.db import models
 
 
 class Status(models.TextChoices):
+    # A workflow step or a job enqueued with depends_on: not in Redis, not claimable, until the
+    # transaction that settles its last dependency releases it (queued) or cancels it.
+    WAITING = "waiting"
     QUEUED = "queued"
     PROCESSING = "processing"
     # Asked to cancel while running: the job stays here until its worker has stopped
@@ -92,7 +95,40 @@ TRANSITION_TABLE: dict[str, Transition] = {
         ),
         Transition("rescue_fail", _RUNNING, Status.FAILED, "lease_expired_failed", "error", None, True),
         Transition(
-            "cancel", frozenset({Status.QUEUED}), Status.CANCELLED, "cancelled", "info", "remove", False
+            "cancel",
+            frozenset({Status.QUEUED, Status.WAITING}),
+            Status.CANCELLED,
+            "cancelled",
+            "info",
+            "remove",
+            False,
+        ),
+        # Workflows (engine/workflows.py): the settle of a job's last dependency releases it, in
+        # the same transaction (queue_settle_dependents_v1, engine/sql/schema/workflows_v1.sql,
+        # which writes these log rows and the release's outbox row itself) ...
+        Transition(
+            "release", frozenset({Status.WAITING}), Status.QUEUED, "released", "info", "enqueue", False
+        ),
+        # ... or cancels it: a dependency failed or was cancelled and its policy is "cancel".
+        Transition(
+            "dependency_failed",
+            frozenset({Status.WAITING}),
+            Status.CANCELLED,
+            "dependency_failed",
+            "warning",
+            None,
+            False,
+        ),
+        # A retried dependency (or a retried workflow) takes the steps its failure cancelled
+        # back to waiting.
+        Transition(
+            "resume",
+            frozenset({Status.FAILED, Status.CANCELLED}),
+            Status.WAITING,
+            "resumed",
+            "info",
+            None,
+            False,
         ),
         # A running job is not cancelled under its worker: the worker is told (NOTIFY in the
         # same statement), stops the attempt, and confirms.
@@ -144,8 +180,15 @@ TRANSITIONS: dict[str, tuple[frozenset[str], str]] = {
     t.event: (t.sources, t.target) for t in TRANSITION_TABLE.values()
 }
 
-# The first log row of every job.
+# The first log row of every job: it starts queued, or waiting when its extra says
+# ``"waiting": true`` (a job with dependencies; see ``initial_status``).
 INITIAL_EVENT = "enqueued"
+
+
+def initial_status(extra: dict | None) -> str:
+    """The status a job's first log row (``INITIAL_EVENT``) put it in."""
+    return Status.WAITING if (extra or {}).get("waiting") else Status.QUEUED
+
 
 # Log events that record a decision, not a transition; allowed anywhere after the first row.
 COMPLETION_FENCED = "completion_fenced"  # a completion arrived after the attempt lost the job
