@@ -177,7 +177,7 @@ def _resolve(requests: Sequence[JobRequest]) -> _Graph:
         cycle = _cycle(parents)
         if cycle is not None:
             error = InvalidWorkflow(f"is part of a cycle: {' -> '.join(map(str, cycle))}")
-            error.index = cycle[0]
+            error.index = min(cycle)
             errors.append(error)
     if errors:
         raise JobsRejected(errors, total=len(requests))
