@@ -206,3 +206,19 @@ def test_the_settle_function_writes_what_the_transition_table_says():
     assert release.sources == {Status.WAITING} and release.target == Status.QUEUED
     assert f"status = '{release.target}'" in source
     assert f"status = '{failed.target}'" in source
+
+
+def test_a_completion_written_with_the_next_claim_releases_its_dependents_in_that_round_trip():
+    """A worker writes its completions with its next claim (one round trip, one transaction):
+    the release goes with them."""
+    parent = enqueue_job("wf.add")
+    child = enqueue_job("wf.add", depends_on=[parent])
+    other = enqueue_job("wf.add")
+    (claimed,) = execution.claim_jobs([str(parent.id)], worker_id="w")
+    taken = execution.claim(
+        [str(other.id)], worker_id="w", completions=[execution.Completion(claimed.id, claimed.fence, 1)]
+    )
+    assert [job.id for job in taken.jobs] == [str(other.id)]
+    assert status(parent) == Status.COMPLETED
+    assert status(child) == Status.QUEUED
+    assert outbox_actions(child) == ["enqueue"]
