@@ -55,8 +55,11 @@ RUNNING = frozenset({Status.PROCESSING, Status.CANCELLING})
 # The statuses in which a job holds its unique key unless its request names others: every
 # status of a job yet to finish (queued, processing, and any later one that is not terminal,
 # such as a running job whose cancel the worker has yet to confirm): a second job with the
-# key must not start beside it.
-DEFAULT_UNIQUE_STATES = frozenset(Status) - TERMINAL
+# key must not start beside it. Not 'waiting' (a job with dependencies, which has not been
+# released to run): the resolved defaults are part of an idempotency key's fingerprint, and
+# keys stored before workflows existed must still match their repeats; a request that wants a
+# waiting job to hold its key names the statuses.
+DEFAULT_UNIQUE_STATES = frozenset(Status) - TERMINAL - {Status.WAITING}
 
 
 @dataclass(frozen=True)
