@@ -311,12 +311,15 @@ def _steps(graph) -> tuple[list[str], list[JobRequest]]:
         # matches the requests of one call by identity); any other name is a job id.
         steps = [replace(graph[name], depends_on=[]) for name in names]
         by_name = dict(zip(names, steps, strict=True))
+        # A step may also be named by the JobRequest the mapping holds for it.
+        by_request = {id(graph[name]): step for name, step in zip(names, steps, strict=True)}
         for name, step in zip(names, steps, strict=True):
             depends_on = graph[name].depends_on
             if isinstance(depends_on, str) or not isinstance(depends_on, Iterable):
                 raise InvalidWorkflow("must be a list of step names or job ids", step=name)
             step.depends_on = [
-                by_name.get(item, item) if isinstance(item, str) else item for item in depends_on
+                by_name.get(item, item) if isinstance(item, str) else by_request.get(id(item), item)
+                for item in depends_on
             ]
         return names, steps
     out: list[JobRequest] = []
@@ -430,6 +433,12 @@ def retry_workflow(workflow, *, reason: str = "workflow retried") -> ActionCount
         resumed = apply_transition_to_jobs("resume", to_wait, message=reason) if to_wait else []
         JobWait.objects.filter(job_id__in=[job.id for job in resumed]).update(blocked_by=None)
         counts = retry_jobs(to_queue, reason=reason) if to_queue else ActionCounts(0)
+        # Decide the resumed steps again, as a settle would: one may wait on a dependency
+        # outside the workflow that has already failed, which nothing else would settle again.
+        parents = JobDependency.objects.filter(job_id__in=[job.id for job in resumed])
+        parent_ids = sorted({str(pk) for pk in parents.values_list("depends_on_id", flat=True)})
+        if parent_ids:
+            settle_dependents(parent_ids)
     return ActionCounts(changed=counts.changed + len(resumed), max_attempts_raised=counts.max_attempts_raised)
 
 

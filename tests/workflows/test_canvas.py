@@ -20,6 +20,7 @@ from queue_app.services import (
     cancel_workflow,
     chain,
     chord,
+    enqueue_job,
     enqueue_workflow,
     group,
     retry_workflow,
@@ -197,3 +198,25 @@ def test_cancelling_a_workflow_cancels_every_unfinished_step_and_retry_takes_it_
     assert statuses == [Status.COMPLETED, Status.QUEUED, Status.WAITING]
     run_jobs()
     assert Job.objects.get(id=third.id).result == 6
+
+
+def test_retrying_a_workflow_whose_step_waits_on_a_failed_outside_job_cancels_that_step_again():
+    outside = enqueue_job("wf.fail")
+    run_jobs()
+    assert Job.objects.get(id=outside.id).status == Status.FAILED
+    workflow = enqueue_workflow({"after": JobRequest("wf.add", depends_on=[str(outside.id)])})
+    after = workflow.jobs["after"]
+    assert Job.objects.get(id=after.id).status == Status.CANCELLED  # decided at enqueue
+    retry_workflow(workflow)
+    # Not left waiting for a settle that already happened: cancelled again, naming the job.
+    after = Job.objects.get(id=after.id)
+    assert after.status == Status.CANCELLED and str(outside.id) in after.last_error
+
+
+def test_a_mapping_step_may_name_its_dependency_by_request():
+    first = add(1)
+    workflow = enqueue_workflow(
+        {"first": first, "second": JobRequest("wf.add", {"value": 2}, depends_on=[first])}
+    )
+    run_jobs()
+    assert results(workflow, ["second"]) == [3]
