@@ -50,7 +50,12 @@ class WorkflowFilter(_IdFilter):
     def queryset(self, request, queryset):
         if not self.value():
             return queryset
-        return queryset.filter(workflow_step__workflow_id=self._id())
+        workflow_id = self._id()
+        return (
+            queryset.none()
+            if workflow_id is None
+            else queryset.filter(workflow_step__workflow_id=workflow_id)
+        )
 
 
 class BatchFilter(_IdFilter):
@@ -60,7 +65,8 @@ class BatchFilter(_IdFilter):
     def queryset(self, request, queryset):
         if not self.value():
             return queryset
-        return queryset.filter(batch_member__batch_id=self._id())
+        batch_id = self._id()
+        return queryset.none() if batch_id is None else queryset.filter(batch_member__batch_id=batch_id)
 
 
 def _levels(steps: list[workflows.StepState]) -> dict[str, int]:

@@ -46,6 +46,7 @@ def test_the_job_list_filters_by_workflow_and_by_batch(user_client):
     in_batch = listed_ids(client.get(changelist(f"batch={batch.id}")))
     assert in_batch == {str(job.id) for job in batch.jobs}
     assert str(other.id) not in in_workflow | in_batch
+    assert listed_ids(client.get(changelist("workflow=not-an-id"))) == set()
 
 
 def test_the_batch_page_shows_its_counts_and_callbacks(user_client):
