@@ -136,9 +136,7 @@ def _resolve(requests: Sequence[JobRequest]) -> _Graph:
         mine: list[tuple[str, Any]] = []
         if request.on_failure not in ON_FAILURE_POLICIES:
             errors.append(
-                InvalidWorkflow(
-                    f"must be one of {', '.join(ON_FAILURE_POLICIES)}", field="on_failure", step=None
-                )
+                InvalidWorkflow(f"must be one of {', '.join(ON_FAILURE_POLICIES)}", field="on_failure")
             )
             errors[-1].index = index
         depends_on = request.depends_on
@@ -338,8 +336,7 @@ def enqueue_workflow(graph, *, name: str = "", owner=None, on_failure: str | Non
     """
     names, requests = _steps(graph)
     if on_failure is not None:
-        requests_by_id = {id(r): r for r in requests}
-        for request in requests_by_id.values():
+        for request in requests:  # copies made for this call: the caller's requests stay as they were
             request.on_failure = on_failure
     try:
         if len(set(names)) != len(names):
