@@ -55,6 +55,9 @@ class QueueSettings:
     WORKER_SLOTS: int = 1
     MAX_PAYLOAD_BYTES: int = 256 * 1024
     MAX_PAYLOAD_DEPTH: int = 32
+    # The most jobs one workflow, batch or dependent enqueue call may hold (steps and
+    # callbacks); a larger graph is refused before anything is written.
+    WORKFLOW_MAX_STEPS: int = 10_000
     # Periodic jobs: name -> {"type", "cron", ...}, or that mapping as JSON from the
     # environment; parsed and checked by queue_app.schedules.
     SCHEDULES: Any = field(default_factory=dict)

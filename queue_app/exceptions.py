@@ -144,3 +144,23 @@ class InvalidQueueControl(QueueError):
     """A queue control value is out of range (``field`` names it)."""
 
     code = "invalid"
+
+
+class DependencyFailed(Exception):
+    """What a job cancelled because a dependency failed or was cancelled records as its
+    error class (``last_error`` names the dependency)."""
+
+
+class InvalidWorkflow(QueueError):
+    """A workflow or a set of dependencies breaks a rule (a cycle, an unknown or foreign
+    dependency, too many steps); ``field`` names what, ``step`` the step at fault."""
+
+    code = "invalid_workflow"
+
+    def __init__(self, message: str, *, step: str | None = None, field: str | None = "depends_on") -> None:
+        super().__init__(message, field=field)
+        self.step = step
+
+
+class WorkflowNotFound(QueueError):
+    code = "not_found"

@@ -364,3 +364,141 @@ class MaintenanceLease(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue}: {self.holder or 'nobody'}"
+
+
+class Workflow(models.Model):
+    """A graph of jobs enqueued in one call (queue_app/engine/workflows.py): its steps are
+    ``WorkflowStep`` rows, its edges ``JobDependency`` rows."""
+
+    id = models.UUIDField(primary_key=True, default=new_job_id, editable=False)
+    name = models.CharField(max_length=200, blank=True, default="")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="job_workflows",
+        db_index=False,
+    )
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "job_workflows"
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.name or str(self.id)
+
+
+class WorkflowStep(models.Model):
+    """A job's place in a workflow, under the step name its graph gave it."""
+
+    job = models.OneToOneField(Job, primary_key=True, on_delete=models.CASCADE, related_name="workflow_step")
+    workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="steps")
+    name = models.CharField(max_length=200)
+    # The step's order in the graph as submitted (the admin draws and lists steps by it).
+    position = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        db_table = "job_workflow_steps"
+        ordering = ["workflow", "position"]
+        constraints = [models.UniqueConstraint(fields=["workflow", "name"], name="uq_workflow_step_name")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class JobDependency(models.Model):
+    """Job ``job`` waits for job ``depends_on`` to settle (completed, failed or cancelled).
+
+    Rows are written only with their dependent, at its enqueue: an existing job never
+    gains a dependency, so no cycle can form outside one enqueue call (which refuses one).
+    """
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="dependencies", db_index=False)
+    depends_on = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="dependents", db_index=False)
+    # The parent's place among the job's dependencies (a chord's callback reads the group's
+    # results in this order).
+    position = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        db_table = "job_dependencies"
+        ordering = ["job", "position"]
+        constraints = [models.UniqueConstraint(fields=["job", "depends_on"], name="uq_job_dependency")]
+        indexes = [
+            # Who waits on me: the settle of a job looks its dependents up by it.
+            models.Index(fields=["depends_on"], name="idx_job_dependencies_parent"),
+        ]
+
+
+class JobWait(models.Model):
+    """What a job with dependencies does when one of them does not complete, and which one
+    cancelled it (a retry of that job resumes it)."""
+
+    class OnFailure(models.TextChoices):
+        # Cancelled as soon as a dependency ends failed or cancelled (the default).
+        CANCEL = "cancel"
+        # Runs once every dependency has settled, however they ended.
+        CONTINUE = "continue"
+        # Runs once every dependency has settled if at least one did not complete, else is
+        # cancelled (a batch's on_failure callback).
+        ONLY_ON_FAILURE = "only_on_failure"
+
+    job = models.OneToOneField(Job, primary_key=True, on_delete=models.CASCADE, related_name="wait")
+    on_failure = models.CharField(max_length=20, choices=OnFailure.choices, default=OnFailure.CANCEL)
+    # The dependency whose failure or cancel cancelled this job; NULL otherwise.
+    blocked_by = models.ForeignKey(
+        Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
+
+    class Meta:
+        db_table = "job_waits"
+        indexes = [
+            # A retried job resumes the jobs its failure cancelled.
+            models.Index(
+                fields=["blocked_by"],
+                name="idx_job_waits_blocked_by",
+                condition=models.Q(blocked_by__isnull=False),
+            ),
+        ]
+
+
+class Batch(models.Model):
+    """A set of jobs with callbacks: each callback is a job waiting on every member, released
+    (or cancelled, when its condition does not hold) by the settle of the last one."""
+
+    id = models.UUIDField(primary_key=True, default=new_job_id, editable=False)
+    name = models.CharField(max_length=200, blank=True, default="")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="job_batches",
+        db_index=False,
+    )
+    created_at = models.DateTimeField(db_default=Now())
+    on_complete = models.ForeignKey(
+        Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
+    on_success = models.ForeignKey(
+        Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
+    on_failure = models.ForeignKey(
+        Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_index=False
+    )
+
+    class Meta:
+        db_table = "job_batches"
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.name or str(self.id)
+
+
+class BatchMember(models.Model):
+    job = models.OneToOneField(Job, primary_key=True, on_delete=models.CASCADE, related_name="batch_member")
+    batch = models.ForeignKey(Batch, on_delete=models.CASCADE, related_name="members")
+
+    class Meta:
+        db_table = "job_batch_members"

@@ -3,6 +3,7 @@
     from queue_app.services import enqueue_job, cancel_job, retry_job, job_handler
     from queue_app.services import cancel_jobs, retry_jobs  # a selection, set-based
     from queue_app.services import pause_queue, resume_queue, set_queue_limits
+    from queue_app.services import chain, group, chord, enqueue_workflow, enqueue_batch
 
 Everything here joins the caller's transaction: a job enqueued inside
 ``transaction.atomic()`` exists (and will run) only if that block commits.
@@ -34,10 +35,21 @@ from queue_app.engine.enqueue import (
     enqueue_jobs,
     validate_jobs,
 )
+from queue_app.engine.workflows import (
+    batch_counts,
+    cancel_workflow,
+    chain,
+    chord,
+    enqueue_batch,
+    enqueue_workflow,
+    group,
+    retry_workflow,
+)
 from queue_app.exceptions import (
     IdempotencyConflict,
     InvalidJob,
     InvalidQueueControl,
+    InvalidWorkflow,
     JobNotFound,
     JobsRejected,
     PayloadTooLarge,
@@ -45,6 +57,7 @@ from queue_app.exceptions import (
     TransitionNotAllowed,
     UnknownJobType,
     UnknownQueue,
+    WorkflowNotFound,
 )
 from queue_app.handlers import current_job, job_handler
 from queue_app.schedules import periodic
@@ -56,6 +69,7 @@ __all__ = [
     "IdempotencyConflict",
     "InvalidJob",
     "InvalidQueueControl",
+    "InvalidWorkflow",
     "JobNotFound",
     "JobRequest",
     "JobsRejected",
@@ -65,12 +79,20 @@ __all__ = [
     "TransitionNotAllowed",
     "UnknownJobType",
     "UnknownQueue",
+    "WorkflowNotFound",
+    "batch_counts",
     "cancel_job",
     "cancel_jobs",
+    "cancel_workflow",
+    "chain",
+    "chord",
     "check_run_at",
     "current_job",
     "enqueue_job",
+    "enqueue_batch",
     "enqueue_jobs",
+    "enqueue_workflow",
+    "group",
     "job_handler",
     "pause_queue",
     "periodic",
@@ -79,6 +101,7 @@ __all__ = [
     "resume_queue",
     "retry_job",
     "retry_jobs",
+    "retry_workflow",
     "set_queue_limits",
     "validate_jobs",
 ]

@@ -13,6 +13,9 @@ from django.db import models
 
 
 class Status(models.TextChoices):
+    # A workflow step or a job enqueued with depends_on: not in Redis, not claimable, until the
+    # transaction that settles its last dependency releases it (queued) or cancels it.
+    WAITING = "waiting"
     QUEUED = "queued"
     PROCESSING = "processing"
     # Asked to cancel while running: the job stays here until its worker has stopped
@@ -54,8 +57,11 @@ RUNNING = frozenset({Status.PROCESSING, Status.CANCELLING})
 # The statuses in which a job holds its unique key unless its request names others: every
 # status of a job yet to finish (queued, processing, and any later one that is not terminal,
 # such as a running job whose cancel the worker has yet to confirm): a second job with the
-# key must not start beside it.
-DEFAULT_UNIQUE_STATES = frozenset(Status) - TERMINAL
+# key must not start beside it. Not 'waiting' (a job with dependencies, which has not been
+# released to run): the resolved defaults are part of an idempotency key's fingerprint, and
+# keys stored before workflows existed must still match their repeats; a request that wants a
+# waiting job to hold its key names the statuses.
+DEFAULT_UNIQUE_STATES = frozenset(Status) - TERMINAL - {Status.WAITING}
 
 
 @dataclass(frozen=True)
@@ -94,7 +100,40 @@ TRANSITION_TABLE: dict[str, Transition] = {
         ),
         Transition("rescue_fail", _RUNNING, Status.FAILED, "lease_expired_failed", "error", None, True),
         Transition(
-            "cancel", frozenset({Status.QUEUED}), Status.CANCELLED, "cancelled", "info", "remove", False
+            "cancel",
+            frozenset({Status.QUEUED, Status.WAITING}),
+            Status.CANCELLED,
+            "cancelled",
+            "info",
+            "remove",
+            False,
+        ),
+        # Workflows (engine/workflows.py): the settle of a job's last dependency releases it, in
+        # the same transaction (queue_settle_dependents_v1, engine/sql/schema/workflows_v1.sql,
+        # which writes these log rows and the release's outbox row itself) ...
+        Transition(
+            "release", frozenset({Status.WAITING}), Status.QUEUED, "released", "info", "enqueue", False
+        ),
+        # ... or cancels it: a dependency failed or was cancelled and its policy is "cancel".
+        Transition(
+            "dependency_failed",
+            frozenset({Status.WAITING}),
+            Status.CANCELLED,
+            "dependency_failed",
+            "warning",
+            None,
+            False,
+        ),
+        # A retried dependency (or a retried workflow) takes the steps its failure cancelled
+        # back to waiting.
+        Transition(
+            "resume",
+            frozenset({Status.FAILED, Status.CANCELLED}),
+            Status.WAITING,
+            "resumed",
+            "info",
+            None,
+            False,
         ),
         # Past its expires_at before any worker started it: settled by the claim that pops it
         # (no outbox row: the popped id is acknowledged) or by the maintenance leader.
@@ -151,8 +190,15 @@ TRANSITIONS: dict[str, tuple[frozenset[str], str]] = {
     t.event: (t.sources, t.target) for t in TRANSITION_TABLE.values()
 }
 
-# The first log row of every job.
+# The first log row of every job: it starts queued, or waiting when its extra says
+# ``"waiting": true`` (a job with dependencies; see ``initial_status``).
 INITIAL_EVENT = "enqueued"
+
+
+def initial_status(extra: dict | None) -> str:
+    """The status a job's first log row (``INITIAL_EVENT``) put it in."""
+    return Status.WAITING if (extra or {}).get("waiting") else Status.QUEUED
+
 
 # Log events that record a decision, not a transition; allowed anywhere after the first row.
 COMPLETION_FENCED = "completion_fenced"  # a completion arrived after the attempt lost the job

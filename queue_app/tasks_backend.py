@@ -61,6 +61,7 @@ UNKNOWN_ERROR_CLASS = "builtins.Exception"
 _known_task_paths: set[str] = set()
 
 _STATUS = {
+    Status.WAITING: TaskResultStatus.READY,
     Status.QUEUED: TaskResultStatus.READY,
     Status.PROCESSING: TaskResultStatus.RUNNING,
     Status.CANCELLING: TaskResultStatus.RUNNING,

@@ -111,7 +111,10 @@ def seed(n: int) -> None:
 
     started = time.perf_counter()
     with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE jobs, job_logs, job_outbox, job_schedules")
+        cursor.execute(
+            "TRUNCATE jobs, job_logs, job_outbox, job_schedules, job_dependencies, job_waits,"
+            " job_workflow_steps, job_workflows, job_batch_members, job_batches"
+        )
         cursor.execute(
             SEED_SQL, {"n": n, "types": registered_types(), "queues": list(queue_settings().QUEUES)}
         )

@@ -27,7 +27,8 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 
 from queue_app import services
 from queue_app.admin import dashboard
@@ -35,11 +36,13 @@ from queue_app.admin.changelist import DeclaredLookupsOnly
 from queue_app.admin.job_page import JobPageMixin
 from queue_app.admin.pagination import EstimatedCountPaginator
 from queue_app.admin.search import job_search_filter, log_search_filter, search_words
+from queue_app.admin.workflows import BatchFilter, WorkflowFilter
 from queue_app.conf import queue_settings
 from queue_app.engine.actions import CANCEL_TRANSITIONS, RETRY_TRANSITIONS
+from queue_app.engine.workflows import dependency_ids, dependent_ids
 from queue_app.exceptions import JobNotFound, TransitionNotAllowed
 from queue_app.handlers import registered_types
-from queue_app.models import Job, JobLog, OutboxMessage, task_path_expression
+from queue_app.models import BatchMember, Job, JobLog, OutboxMessage, WorkflowStep, task_path_expression
 from queue_app.states import RUNNING, TASK_JOB_TYPE, TRANSITION_TABLE, Status
 from queue_app.tasks_backend import known_task_paths
 
@@ -281,6 +284,8 @@ class JobAdmin(JobPageMixin, HistoryAdmin):
         QueueFilter,
         "priority",
         ("created_at", admin.DateFieldListFilter),
+        WorkflowFilter,
+        BatchFilter,
     )
     # Matched by job_search_filter (not Django's icontains on each field).
     search_fields = ("id", "type", "idempotency_key", "unique_key", "last_error")
@@ -307,6 +312,7 @@ class JobAdmin(JobPageMixin, HistoryAdmin):
         "completed",
         "lease_expires",
         "expires",
+        "relations",
     )
     fieldsets = (
         (None, {"fields": ("id", "type", "queue", "priority", "status_badge", "owner")}),
@@ -328,6 +334,7 @@ class JobAdmin(JobPageMixin, HistoryAdmin):
                 )
             },
         ),
+        ("Workflow", {"fields": ("relations",)}),
     )
 
     created = timestamp_field("created_at", "created at")
@@ -405,6 +412,30 @@ class JobAdmin(JobPageMixin, HistoryAdmin):
     @admin.display(description="result")
     def result_json(self, job: Job) -> str:
         return format_html("<pre>{}</pre>", pretty_json(job.result)) if job.result is not None else "-"
+
+    @admin.display(description="workflow, dependencies and dependents")
+    def relations(self, job: Job) -> str:
+        """Its workflow or batch, the jobs it waits for and the jobs that wait for it."""
+        step = WorkflowStep.objects.filter(job_id=job.id).select_related("workflow").first()
+        member = BatchMember.objects.filter(job_id=job.id).first()
+        parents, children = dependency_ids(job.id), dependent_ids(job.id)
+        if step is None and member is None and not parents and not children:
+            return "-"
+        lines = []
+        if step is not None:
+            url = reverse("admin:queue_app_workflow_change", args=[step.workflow_id])
+            lines.append(
+                format_html('step <b>{}</b> of workflow <a href="{}">{}</a>', step.name, url, step.workflow)
+            )
+        if member is not None:
+            url = reverse("admin:queue_app_batch_change", args=[member.batch_id])
+            lines.append(format_html('member of batch <a href="{}">{}</a>', url, short_id(member.batch_id)))
+        for label, ids in (("waits for", parents), ("waited for by", children)):
+            if ids:
+                links = format_html_join(", ", "{}", ((link_to_job(job_id),) for job_id in ids[:50]))
+                more = f" and {len(ids) - 50} more" if len(ids) > 50 else ""
+                lines.append(format_html("{}: {}{}", label, links, more))
+        return format_html_join(mark_safe("<br>"), "{}", ((line,) for line in lines))
 
     @admin.display(description="last error")
     def error_text(self, job: Job) -> str:

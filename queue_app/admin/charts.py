@@ -14,6 +14,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 STATUS_COLOURS = {
+    "waiting": "#94a3b8",
     "queued": "#2563eb",
     "processing": "#d97706",
     "cancelling": "#a16207",

@@ -1,4 +1,4 @@
-"""Routes under /api/: jobs, queues, stats, health, the OpenAPI schema and its Swagger UI."""
+"""Routes under /api/: jobs, workflows, queues, stats, health, the OpenAPI schema and its Swagger UI."""
 
 from django.urls import include, path, re_path
 from rest_framework.routers import SimpleRouter
@@ -7,10 +7,12 @@ from queue_app.api.docs import QueueDocsView, QueueSchemaView
 from queue_app.api.fallbacks import api_root, not_found
 from queue_app.api.queues import QueueViewSet
 from queue_app.api.views import HealthView, JobViewSet, StatsView
+from queue_app.api.workflows import WorkflowViewSet
 
 router = SimpleRouter()
 router.register("jobs", JobViewSet, basename="job")
 router.register("queues", QueueViewSet, basename="queue")
+router.register("workflows", WorkflowViewSet, basename="workflow")
 
 urlpatterns = [
     path("", api_root, name="api-root"),

@@ -90,6 +90,12 @@ class JobRequest:
     expires_in: float | None = None
     # Jobs sharing a key share their queue's per-key limits (key_concurrency_limit, key_rate_limit).
     concurrency_key: str | None = None
+    # Jobs this one waits for (engine/workflows.py): ids or Jobs of existing jobs (the
+    # owner's), or JobRequests of the same call. It stays waiting until every one has
+    # settled, then runs or is cancelled as ``on_failure`` says ("cancel": cancelled when
+    # one failed or was cancelled; "continue": runs anyway).
+    depends_on: Sequence[Any] = ()
+    on_failure: str = "cancel"
 
     def fingerprint(self) -> str:
         """Same fingerprint = same request; another schedule is another request.
@@ -304,6 +310,10 @@ def _row_values(job: _Planned, settings: QueueSettings) -> dict[str, Any]:
     # Pushed by this process after the commit: a job ready now, on a priority queue (a
     # FIFO list's order is the outbox's id order, which only the relay keeps).
     request = job.request
+    waiting = bool(request.depends_on)
+    extra: dict[str, Any] = {"run_at": job.next_retry_at.isoformat()} if job.next_retry_at else {}
+    if waiting:
+        extra["waiting"] = True
     return {
         "id": job.id,
         "type": request.type,
@@ -321,14 +331,17 @@ def _row_values(job: _Planned, settings: QueueSettings) -> dict[str, Any]:
         "concurrency_key": request.concurrency_key,
         "parked": False,
         "backend": request.backend,
-        "message": f"enqueued on {job.queue} ({job.priority})",
-        "extra": json.dumps({"run_at": job.next_retry_at.isoformat()}) if job.next_retry_at else "{}",
+        "message": f"enqueued on {job.queue} ({job.priority})"
+        + (f", waiting on {len(request.depends_on)} job(s)" if waiting else ""),
+        "extra": json.dumps(extra),
         "action": action,
         "score": score,
         "member": member,
         "direct": settings.DISPATCH_ON_COMMIT
         and action == OutboxMessage.Action.ENQUEUE
-        and not settings.QUEUES.get(job.queue, False),
+        and not settings.QUEUES.get(job.queue, False)
+        and not waiting,
+        "waiting": waiting,
     }
 
 
@@ -338,6 +351,7 @@ def _insert(cursor, rows: list[dict[str, Any]], owner, trace_context) -> dict[uu
     shared = {
         "owner_id": getattr(owner, "pk", None),
         "status": Status.QUEUED.value,
+        "waiting_status": Status.WAITING.value,
         "event": INITIAL_EVENT,
         "trace_context": json.dumps(trace_context) if trace_context else None,
         "relay_grace": queue_settings().RELAY_GRACE_SECONDS,
@@ -392,7 +406,7 @@ def _created_job(planned: _Planned, owner, created_at: datetime, trace_context) 
         "payload": request.payload,
         "priority": planned.priority,
         "priority_value": planned.priority_value,
-        "status": Status.QUEUED.value,
+        "status": Status.WAITING.value if request.depends_on else Status.QUEUED.value,
         "attempts": 0,
         "fence": 0,
         "max_attempts": planned.max_attempts,
@@ -597,6 +611,15 @@ def enqueue_jobs(requests: Sequence[JobRequest], *, owner=None) -> list[Job]:
     checked = _check_all(requests)
     if not checked:
         return []
+    if any(item.request.depends_on for item in checked):
+        from queue_app.engine import workflows
+
+        return workflows.enqueue_with_dependencies(checked, owner=owner)
+    return _enqueue_checked(checked, owner=owner)
+
+
+def _enqueue_checked(checked: list[_Checked], *, owner) -> list[Job]:
+    """``enqueue_jobs`` past its checks: plan, write, dispatch."""
     now = timezone.now()
     # One microsecond apart keeps a call's request order among equal priorities.
     planned = [_plan(item, now + timedelta(microseconds=index)) for index, item in enumerate(checked)]
@@ -637,6 +660,8 @@ def enqueue_job(
     expires_at: datetime | None = None,
     expires_in: float | None = None,
     concurrency_key: str | None = None,
+    depends_on: Sequence[Any] = (),
+    on_failure: str = "cancel",
     owner=None,
     backend: str = "",
 ) -> Job:
@@ -659,6 +684,8 @@ def enqueue_job(
         expires_at=expires_at,
         expires_in=expires_in,
         concurrency_key=concurrency_key,
+        depends_on=depends_on,
+        on_failure=on_failure,
         backend=backend,
     )
     try:

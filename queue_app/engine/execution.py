@@ -49,6 +49,14 @@ class ClaimedJob:
     # The trace context stored at enqueue (observability/tracing.py), or None.
     trace_context: dict[str, str] | None = None
 
+    def parent_results(self) -> dict[str, Any]:
+        """The results of the jobs this one depends on, in their order, each under its step
+        name (or its job id outside a workflow): a chord callback's values are the group's
+        results, in group order."""
+        from queue_app.engine.workflows import parent_results
+
+        return parent_results(self.id)
+
 
 @dataclass(frozen=True)
 class Claim:
@@ -102,7 +110,7 @@ def claim(
     metrics.prepare()
     lease = queue_settings().LEASE_SECONDS
     valid_ids = [str(pk) for pk in selectors.valid_ids(ids)]
-    with sql.prepared() as done_cursor, sql.prepared() as cursor:
+    with sql.prepared() as done_cursor, sql.prepared() as settle_cursor, sql.prepared() as cursor:
         if queues is None:
             cursor.execute(sql.query("claim_queues"), {"ids": valid_ids})
             queues = dict(cursor.fetchall())
@@ -121,6 +129,7 @@ def claim(
         with sql.one_round_trip() if completions else nullcontext():
             if completions:
                 done_cursor.execute(*_completion_statement(completions))
+                settle_cursor.execute(*_settle_statement(completions))
             cursor.execute(sql.query("claim_jobs"), claim_params)
         if completions:
             _completed(completions, done_cursor.fetchall())
@@ -200,15 +209,24 @@ def complete_jobs(completions: Sequence[Completion], *, settle_rejected: bool = 
     """
     if not completions:
         return set()
-    with sql.prepared() as cursor:
+    with sql.prepared() as cursor, sql.prepared() as settle_cursor:
         with sql.one_round_trip():
             cursor.execute(*_completion_statement(completions))
+            settle_cursor.execute(*_settle_statement(completions))
         return _completed(completions, cursor.fetchall(), settle_rejected=settle_rejected)
 
 
 def _completion_statement(completions: Sequence[Completion]) -> tuple[str, dict[str, Any]]:
     rows = [{"id": c.job_id, "fence": c.fence, "result": c.result} for c in completions]
     return sql.query("complete_jobs"), {"rows": json.dumps(rows), **table_params("complete")}
+
+
+def _settle_statement(completions: Sequence[Completion]) -> tuple[str, dict[str, Any]]:
+    """The release of the completed jobs' dependents, sent right after the completion
+    statement, in its transaction (its own statement: its snapshot sees the completions).
+    A job the fence turned away did not complete, so its dependents are left waiting; a
+    job nobody waits on costs one index look-up."""
+    return sql.query("settle_dependents"), {"ids": [c.job_id for c in completions]}
 
 
 def _completed(

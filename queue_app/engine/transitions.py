@@ -25,7 +25,10 @@ from queue_app import broker
 from queue_app.engine import sql
 from queue_app.engine.outbox import enqueue_intent, notify_relay, remove_intent
 from queue_app.models import JobLog, OutboxMessage
-from queue_app.states import TRANSITION_TABLE, Transition
+from queue_app.states import TRANSITION_TABLE, Status, Transition
+
+# Jobs settling here decide their waiting dependents in the same transaction (workflows).
+_SETTLING = frozenset({Status.FAILED, Status.CANCELLED})
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,25 @@ def record_transitions(
     if outbox:
         OutboxMessage.objects.bulk_create(outbox)
         notify_relay()
+    if jobs and row.target in _SETTLING:
+        settle_dependents([job.id for job in jobs])
+    elif jobs and row.name == "retry":
+        resume_dependents([job.id for job in jobs])
+
+
+def settle_dependents(job_ids: Sequence) -> list[tuple[str, str]]:
+    """Release or cancel the waiting dependents of jobs that just settled, in the caller's
+    transaction (``queue_settle_dependents_v1``); returns (id, new status) of those moved."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql.query("settle_dependents"), {"ids": [str(job_id) for job_id in job_ids]})
+        return [(str(job_id), status) for job_id, status in cursor.fetchall()]
+
+
+def resume_dependents(job_ids: Sequence) -> list[tuple[str, str]]:
+    """The jobs a failure of ``job_ids`` cancelled wait again (they were just retried)."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql.query("resume_dependents"), {"ids": [str(job_id) for job_id in job_ids]})
+        return [(str(job_id), status) for job_id, status in cursor.fetchall()]
 
 
 def _outbox_row(row: Transition, job: TransitionedJob) -> OutboxMessage:

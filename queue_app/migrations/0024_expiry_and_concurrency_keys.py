@@ -23,7 +23,7 @@ class Migration(migrations.Migration):
     atomic = False
 
     dependencies = [
-        ("queue_app", "0021_claim_v3"),
+        ("queue_app", "0023_workflows"),
     ]
 
     operations = [

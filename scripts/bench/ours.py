@@ -43,7 +43,10 @@ def reset_stores() -> None:
     from queue_app import broker
 
     with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE jobs, job_logs, job_outbox, job_schedules")
+        cursor.execute(
+            "TRUNCATE jobs, job_logs, job_outbox, job_schedules, job_dependencies, job_waits,"
+            " job_workflow_steps, job_workflows, job_batch_members, job_batches"
+        )
     broker.get_client().flushdb()
 
 

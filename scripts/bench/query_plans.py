@@ -83,7 +83,10 @@ def seed(jobs: int) -> float:
 
     started = time.perf_counter()
     with connection().cursor() as cursor:
-        cursor.execute("TRUNCATE jobs, job_logs, job_outbox, job_schedules")
+        cursor.execute(
+            "TRUNCATE jobs, job_logs, job_outbox, job_schedules, job_dependencies, job_waits,"
+            " job_workflow_steps, job_workflows, job_batch_members, job_batches"
+        )
         with contextlib.suppress(DatabaseError):
             # Seeding only (a superuser may): no deferred foreign-key check for each of 10M rows.
             cursor.execute("SET session_replication_role = replica")

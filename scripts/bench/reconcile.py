@@ -62,7 +62,10 @@ def seed(n: int) -> float:
 
     started = time.perf_counter()
     with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE jobs, job_logs, job_outbox, job_schedules")
+        cursor.execute(
+            "TRUNCATE jobs, job_logs, job_outbox, job_schedules, job_dependencies, job_waits,"
+            " job_workflow_steps, job_workflows, job_batch_members, job_batches"
+        )
         cursor.execute(SEED_SQL, {"n": n})
         cursor.execute("VACUUM ANALYZE jobs")
         cursor.execute("VACUUM ANALYZE job_outbox")

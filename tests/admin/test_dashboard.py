@@ -69,6 +69,7 @@ def test_counts_redis_depth_drift_and_outbox(admin_client, busy_queues):
     assert reports.fifo and reports.redis["fifo"] == 2 and reports.drift == 1
 
     assert snap.totals == {
+        "waiting": 0,
         "queued": 4,
         "processing": 0,
         "cancelling": 0,

@@ -24,6 +24,10 @@ OPERATIONS = {
     ("/api/queues/{name}/resume/", "post"),
     ("/api/stats/", "get"),
     ("/api/health/", "get"),
+    ("/api/workflows/", "post"),
+    ("/api/workflows/{id}/", "get"),
+    ("/api/workflows/{id}/cancel/", "post"),
+    ("/api/workflows/{id}/retry/", "post"),
 }
 
 
@@ -52,6 +56,10 @@ def test_the_schema_lists_every_operation_and_the_live_registry(client):
     post = schema["paths"]["/api/jobs/"]["post"]
     assert {"200", "201", "400", "409", "413", "415", "422"} <= set(post["responses"])
     assert [p["name"] for p in post["parameters"]] == ["Idempotency-Key"]
+    workflow = schema["components"]["schemas"]["WorkflowCreateRequest"]
+    assert workflow["required"] == ["steps"]
+    step = schema["components"]["schemas"]["WorkflowStepInRequest"]
+    assert {"id", "type", "depends_on", "on_failure"} <= set(step["properties"])
 
 
 @pytest.mark.django_db

@@ -66,6 +66,7 @@ def test_stats_match_the_rows_and_redis(api, staff_api, two_queues):
     assert stats["jobs"] == {
         "total": 10,
         "by_status": {
+            "waiting": 0,
             "queued": 6,
             "processing": 1,
             "cancelling": 0,
@@ -76,6 +77,7 @@ def test_stats_match_the_rows_and_redis(api, staff_api, two_queues):
         },
         "by_queue": {
             "default": {
+                "waiting": 0,
                 "queued": 4,
                 "processing": 0,
                 "cancelling": 0,
@@ -85,6 +87,7 @@ def test_stats_match_the_rows_and_redis(api, staff_api, two_queues):
                 "expired": 0,
             },
             "bulk": {
+                "waiting": 0,
                 "queued": 2,
                 "processing": 1,
                 "cancelling": 0,

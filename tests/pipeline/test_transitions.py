@@ -12,10 +12,11 @@ import pytest
 from django.utils import timezone
 
 from queue_app import services
-from queue_app.engine import execution
+from queue_app.engine import execution, workflows
 from queue_app.engine.execution import Completion
+from queue_app.engine.transitions import settle_dependents
 from queue_app.exceptions import QueueError
-from queue_app.models import Job, JobLog, OutboxMessage
+from queue_app.models import Job, JobDependency, JobLog, JobWait, OutboxMessage, Workflow, WorkflowStep
 from queue_app.states import RUNNING, TRANSITION_TABLE, TRANSITIONS, Status
 
 pytestmark = pytest.mark.django_db
@@ -30,6 +31,25 @@ def _complete(job):
 def _expire(job):
     Job.objects.filter(id=job.id).update(expires_at=timezone.now() - timedelta(seconds=1))
     execution.expire_queued_jobs()
+
+
+def _with_parent(job, parent_status: str) -> Job:
+    """Make ``job`` depend on a new job in ``parent_status``; returns that parent."""
+    parent = Job.objects.create(type="demo.echo", status=parent_status, max_attempts=1)
+    JobWait.objects.create(job=job)
+    JobDependency.objects.create(job=job, depends_on=parent)
+    return parent
+
+
+def _settle_parent(job, parent_status: str) -> None:
+    settle_dependents([_with_parent(job, parent_status).id])
+
+
+def _retry_workflow(job) -> None:
+    _with_parent(job, Status.QUEUED)
+    workflow = Workflow.objects.create()
+    WorkflowStep.objects.create(job=job, workflow=workflow, name="step")
+    workflows.retry_workflow(workflow)
 
 
 # How each transition is reached through the engine's own entry points.
@@ -51,6 +71,9 @@ APPLY = {
     "request_retry": lambda job: services.retry_job(job.id),
     # The maintenance leader's (and reconciler's) way; a claim settles a popped one the same.
     "expire": lambda job: _expire(job),
+    "release": lambda job: _settle_parent(job, Status.COMPLETED),
+    "dependency_failed": lambda job: _settle_parent(job, Status.FAILED),
+    "resume": _retry_workflow,
 }
 
 # An entry point that serves two transitions takes the other one from these statuses (an
@@ -58,6 +81,7 @@ APPLY = {
 OTHER_TRANSITION = {
     ("cancel", Status.PROCESSING): "request_cancel",
     ("request_cancel", Status.QUEUED): "cancel",
+    ("request_cancel", Status.WAITING): "cancel",
     ("retry", Status.CANCELLING): "request_retry",
     ("request_retry", Status.FAILED): "retry",
     ("request_retry", Status.CANCELLED): "retry",

@@ -66,9 +66,10 @@ def test_a_scheduled_job_holds_its_key():
 
 def test_the_default_statuses_are_those_of_a_job_yet_to_finish():
     """Queued and processing, and any status added that is not terminal (a running job
-    whose cancel is not yet confirmed still runs: its key must stay held)."""
+    whose cancel is not yet confirmed still runs: its key must stay held), except waiting: the
+    defaults are part of stored idempotency fingerprints, which must keep matching."""
     assert {"queued", "processing"} <= DEFAULT_UNIQUE_STATES
-    assert DEFAULT_UNIQUE_STATES == set(Status) - TERMINAL
+    assert DEFAULT_UNIQUE_STATES == set(Status) - TERMINAL - {Status.WAITING}
     assert not DEFAULT_UNIQUE_STATES & {"completed", "failed", "cancelled"}
 
 

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from queue_app.exceptions import LeaseLost
 from queue_app.handlers import check_time_limit, current_job, job_handler
-from tests.probe import journal, retry_jobs  # noqa: F401 - registers the retry rules' handlers
+from tests.probe import journal, retry_jobs, workflow_jobs  # noqa: F401 - registers their handlers
 from tests.probe.models import Effect, Execution
 
 

@@ -4,6 +4,9 @@
 -- autocommit the statement is its own transaction; inside the caller's
 -- transaction it joins it and commits (or rolls back) with it.
 --
+-- A "waiting" job (it has dependencies) is inserted waiting, with no outbox row: the
+-- settle of its last dependency releases it (engine/sql/schema/workflows_v1.sql).
+--
 -- A "direct" job is one the caller pushes to Redis itself after the commit
 -- (DISPATCH_ON_COMMIT): its outbox row waits RELAY_GRACE_SECONDS
 -- (dispatch_after) before the relay looks at it, and it wakes no relay.
@@ -38,7 +41,8 @@ WITH job AS (
                       idempotency_key,
                       idempotency_fingerprint, unique_key, expires_at, concurrency_key, parked, owner_id, worker_id,
                       backend, trace_context)
-    VALUES (%(id)s, %(type)s, %(queue)s, %(payload)s::jsonb, %(priority)s, %(priority_value)s, %(status)s,
+    VALUES (%(id)s, %(type)s, %(queue)s, %(payload)s::jsonb, %(priority)s, %(priority_value)s,
+            CASE WHEN %(waiting)s::boolean THEN %(waiting_status)s ELSE %(status)s END,
             0, %(max_attempts)s,
             %(next_retry_at)s, %(enqueued_at)s, '', '', '', %(idempotency_key)s,
             %(fingerprint)s, %(unique_key)s, %(expires_at)s, %(concurrency_key)s, %(parked)s, %(owner_id)s, '', %(backend)s, %(trace_context)s::jsonb)
@@ -52,7 +56,7 @@ WITH job AS (
     SELECT id, %(action)s, %(queue)s, %(score)s, %(member)s,
            CASE WHEN %(direct)s::boolean THEN now() + make_interval(secs => %(relay_grace)s::float8) END
       FROM job
-     WHERE NOT %(parked)s::boolean
+     WHERE NOT %(parked)s::boolean AND NOT %(waiting)s::boolean
 )
 SELECT id, created_at, CASE WHEN NOT %(direct)s::boolean THEN pg_notify('jobqueue_outbox', '') END FROM job
 
@@ -73,14 +77,15 @@ WITH request AS (
                 max_attempts int, next_retry_at timestamptz, enqueued_at timestamptz,
                 idempotency_key text, fingerprint text, unique_key text, expires_at timestamptz,
                 concurrency_key text, parked boolean, backend text, message text, extra text,
-                action text, score float8, member text, direct boolean)
+                action text, score float8, member text, direct boolean, waiting boolean)
 ), job AS (
     INSERT INTO jobs (id, type, queue, payload, priority, priority_value, status, attempts, max_attempts,
                       next_retry_at, enqueued_at, last_error, last_error_class, last_error_traceback,
                       idempotency_key,
                       idempotency_fingerprint, unique_key, expires_at, concurrency_key, parked, owner_id, worker_id,
                       backend, trace_context)
-    SELECT id, type, queue, payload::jsonb, priority, priority_value, %(status)s, 0, max_attempts,
+    SELECT id, type, queue, payload::jsonb, priority, priority_value,
+           CASE WHEN waiting THEN %(waiting_status)s ELSE %(status)s END, 0, max_attempts,
            next_retry_at, enqueued_at, '', '', '', idempotency_key,
            fingerprint, unique_key, expires_at, concurrency_key, parked, %(owner_id)s, '', backend, %(trace_context)s::jsonb
       FROM request
@@ -97,7 +102,7 @@ WITH request AS (
     SELECT request.id, request.action, request.queue, request.score, request.member,
            CASE WHEN request.direct THEN now() + make_interval(secs => %(relay_grace)s::float8) END
       FROM request JOIN job USING (id)
-     WHERE NOT request.parked
+     WHERE NOT request.parked AND NOT request.waiting
      ORDER BY request.position
 ), notified AS (
     SELECT pg_notify('jobqueue_outbox', '')

@@ -83,3 +83,13 @@ UPDATE jobs SET status = %(target)s, max_attempts = GREATEST(jobs.max_attempts, 
 RETURNING jobs.id, jobs.status, jobs.attempts, jobs.queue, jobs.priority_value, jobs.enqueued_at,
           jobs.next_retry_at,
           jsonb_build_object('max_attempts_before', before.max_attempts, 'max_attempts', jobs.max_attempts)
+
+-- name: resume
+-- A failed or cancelled job with dependencies goes back to waiting (a retried workflow's
+-- steps whose dependencies have yet to complete); one more attempt is allowed, as a retry does.
+UPDATE jobs SET status = %(target)s, max_attempts = GREATEST(jobs.max_attempts, jobs.attempts + 1),
+       next_retry_at = NULL, completed_at = NULL, result = NULL, last_error = '', last_error_class = '',
+       worker_id = '', lease_expires_at = NULL, retry_requested = false
+ WHERE id = ANY(%(ids)s::uuid[]) AND status = ANY(%(sources)s)
+   AND EXISTS (SELECT FROM job_waits w WHERE w.job_id = jobs.id)
+RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_at
