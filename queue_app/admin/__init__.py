@@ -33,6 +33,7 @@ from django.utils.safestring import mark_safe
 from queue_app import services
 from queue_app.admin import dashboard
 from queue_app.admin.changelist import DeclaredLookupsOnly
+from queue_app.admin.display import short_id
 from queue_app.admin.job_page import JobPageMixin
 from queue_app.admin.pagination import EstimatedCountPaginator
 from queue_app.admin.search import job_search_filter, log_search_filter, search_words
@@ -66,12 +67,6 @@ BEYOND_ACTION_LIMIT = {
 
 def status_badge(status: str) -> str:
     return format_html('<span class="job-status job-status-{}">{}</span>', status, status)
-
-
-def short_id(value: uuid.UUID | str) -> str:
-    """The id's last 8 digits, random in a UUIDv7, where the first digits are the creation
-    time and read the same for every job of the same minute. The search box finds a job by it."""
-    return "…" + str(value)[-8:]
 
 
 def link_to_job(job_id: uuid.UUID) -> str:

@@ -10,6 +10,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
 from queue_app.admin.changelist import DeclaredLookupsOnly
+from queue_app.admin.display import short_id
 from queue_app.admin.pagination import EstimatedCountPaginator
 from queue_app.engine import workflows
 from queue_app.ids import parse_job_id
@@ -37,7 +38,7 @@ class _IdFilter(admin.SimpleListFilter):
 
     def lookups(self, request, model_admin):
         value = self.value()
-        return [(value, value[:8])] if value else []
+        return [(value, short_id(value))] if value else []
 
     def _id(self):
         return parse_job_id(self.value())
@@ -209,7 +210,7 @@ class WorkflowAdmin(ReadOnlyAdmin):
                 (
                     step.name,
                     reverse("admin:queue_app_job_change", args=[step.job_id]),
-                    step.job_id[:8],
+                    short_id(step.job_id),
                     step.type,
                     step.status,
                     ", ".join(step.depends_on) or "-",
@@ -247,7 +248,7 @@ class BatchAdmin(ReadOnlyAdmin):
     @admin.display(description="callbacks")
     def callbacks(self, batch: Batch) -> str:
         items = [
-            (name, reverse("admin:queue_app_job_change", args=[job_id]), str(job_id)[:8])
+            (name, reverse("admin:queue_app_job_change", args=[job_id]), short_id(job_id))
             for name, job_id in (
                 ("on_complete", batch.on_complete_id),
                 ("on_success", batch.on_success_id),

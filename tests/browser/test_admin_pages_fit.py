@@ -1,5 +1,5 @@
-"""The dashboard and a job's page at a desktop (1400 x 900) and a phone (390 x 844): no page
-scrolls sideways on the phone, and a job's page puts what an operator comes for (status,
+"""The dashboard, a job's page and a workflow's page at a desktop (1400 x 900) and a phone
+(390 x 844): no page scrolls sideways on the phone, and a job's page puts what an operator comes for (status,
 attempts, times, error, the log trail, Cancel / Retry) on the first screen of the desktop.
 Screenshots of each go to artifacts/screenshots/."""
 
@@ -8,6 +8,9 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Page, expect
 
+import tests.probe.jobs  # noqa: F401 - registers the wf.* handlers
+from queue_app.services import JobRequest, chord, enqueue_workflow
+from queue_app.testing import run_jobs
 from tests.admin.conftest import make_job
 from tests.browser.conftest import SCREENSHOTS
 
@@ -51,3 +54,14 @@ def test_a_jobs_page_fits_and_shows_its_summary_and_trail_first(admin_page: Page
         trail = admin_page.locator(".job-trail")
         expect(trail).to_contain_text("failed")
         assert trail.bounding_box()["y"] < height, "the log trail starts below the first screen"
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_a_workflows_page_fits_and_draws_its_graph(admin_page: Page, size):
+    fan_out = [JobRequest("wf.add", {"value": n}) for n in range(6)]
+    callback = JobRequest("wf.collect")
+    workflow = enqueue_workflow(chord([*fan_out, JobRequest("wf.fail")], callback), name="fan-in")
+    run_jobs()
+    show(admin_page, f"/admin/queue_app/workflow/{workflow.id}/change/", size, "workflow-page")
+    expect(admin_page.locator("svg.workflow-graph")).to_be_visible()
+    assert page_width(admin_page) <= SIZES[size][0]
