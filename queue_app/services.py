@@ -3,6 +3,7 @@
     from queue_app.services import enqueue_job, cancel_job, retry_job, job_handler
     from queue_app.services import cancel_jobs, retry_jobs  # a selection, set-based
     from queue_app.services import pause_queue, resume_queue, set_queue_limits
+    from queue_app.services import current_job, Snooze  # inside a handler
 
 Everything here joins the caller's transaction: a job enqueued inside
 ``transaction.atomic()`` exists (and will run) only if that block commits.
@@ -42,6 +43,7 @@ from queue_app.exceptions import (
     JobsRejected,
     PayloadTooLarge,
     QueueError,
+    Snooze,
     TransitionNotAllowed,
     UnknownJobType,
     UnknownQueue,
@@ -62,6 +64,7 @@ __all__ = [
     "PayloadTooLarge",
     "QueueControls",
     "QueueError",
+    "Snooze",
     "TransitionNotAllowed",
     "UnknownJobType",
     "UnknownQueue",

@@ -302,10 +302,13 @@ class JobAdmin(HistoryAdmin):
         "started",
         "completed",
         "lease_expires",
+        "progress_bar",
+        "progress_reported",
     )
     fieldsets = (
         (None, {"fields": ("id", "type", "queue", "priority", "status_badge", "owner")}),
-        ("Attempts", {"fields": ("attempts_of_max", "worker_id", "lease_expires")}),
+        ("Attempts", {"fields": ("attempts_of_max", "snoozes", "worker_id", "lease_expires")}),
+        ("Progress", {"fields": ("progress_bar", "progress_message", "progress_reported")}),
         ("Timing", {"fields": ("created", "ready_at", "retry_at", "started", "completed", "duration")}),
         ("Data", {"fields": ("payload_json", "result_json", "error_text", "idempotency_key", "unique_key")}),
     )
@@ -316,6 +319,7 @@ class JobAdmin(HistoryAdmin):
     started = timestamp_field("started_at", "last attempt started at")
     completed = timestamp_field("completed_at", "finished at")
     lease_expires = timestamp_field("lease_expires_at", "lease expires at")
+    progress_reported = timestamp_field("progress_at", "progress reported at")
 
     class Media:
         css = {"all": ("queue_app/admin.css",)}
@@ -359,6 +363,14 @@ class JobAdmin(HistoryAdmin):
     @admin.display(description="attempts")
     def attempts_of_max(self, job: Job) -> str:
         return f"{job.attempts}/{job.max_attempts}"
+
+    @admin.display(description="progress")
+    def progress_bar(self, job: Job) -> str:
+        """The latest progress its running attempt reported (its log lines are in the trail)."""
+        if job.progress is None:
+            return "-"
+        percent = f"{job.progress * 100:.0f} %"
+        return format_html('<progress max="1" value="{}">{}</progress> {}', job.progress, percent, percent)
 
     @admin.display(description="took")
     def duration(self, job: Job) -> str:
