@@ -54,6 +54,14 @@ class QueueSettings:
     # Jobs of async or io_bound handlers one worker process runs at once (1: one job at a time).
     WORKER_SLOTS: int = 1
     MAX_PAYLOAD_BYTES: int = 256 * 1024
+    # How often one job may snooze (raise Snooze) in all; the snooze past it fails the job.
+    MAX_SNOOZES: int = 100
+    # A running job's progress reports are written at most this often per attempt (the
+    # latest one is kept and written later, at the latest when the handler returns).
+    PROGRESS_MIN_INTERVAL_SECONDS: float = 0.5
+    # A running job's log lines (current_job().log) written per attempt and second; the
+    # rest are dropped and counted in one row.
+    JOB_LOG_LINES_PER_SECOND: int = 10
     MAX_PAYLOAD_DEPTH: int = 32
     # The most jobs one workflow, batch or dependent enqueue call may hold (steps and
     # callbacks); a larger graph is refused before anything is written.
@@ -138,6 +146,9 @@ def build(raw: dict[str, Any]) -> QueueSettings:
         key, value = setting.name, raw[setting.name]
         kind = int if setting.type in ("int", int) else float
         try:
+            # int(2.5) is 2: a fraction given for a whole number is refused, not cut.
+            if kind is int and isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
             number = kind(value)
         except (TypeError, ValueError, OverflowError):
             what = "a whole number" if kind is int else "a number"

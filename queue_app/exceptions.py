@@ -11,6 +11,8 @@ import math
 from collections.abc import Sequence
 from datetime import timedelta
 
+from queue_app.conf import MAX_SECONDS
+
 
 class QueueError(Exception):
     code = "queue_error"
@@ -115,6 +117,31 @@ class LeaseLost(AttemptStopped):
 class CancelRequested(AttemptStopped):
     """Raised inside a handler whose job was asked to cancel while it ran: once the
     attempt has stopped, its worker confirms the cancel (the job becomes cancelled)."""
+
+
+class Snooze(Exception):  # noqa: N818 - named for what the handler asks, as Celery's Retry
+    """Raised by a handler to put its job back to wait ``seconds`` (a number or a timedelta)
+    before it runs again, its attempt not charged (``JOBQUEUE['MAX_SNOOZES']`` bounds how
+    often a job may).
+
+    A bad ``seconds`` (negative, not finite, more than ten years) raises ValueError where the
+    handler makes the exception: that attempt fails with it, as with any other error.
+    """
+
+    def __init__(self, seconds: float | timedelta) -> None:
+        if isinstance(seconds, timedelta):
+            seconds = seconds.total_seconds()
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+            raise ValueError(f"Snooze: seconds must be a number or a timedelta, not {seconds!r}")
+        if not math.isfinite(seconds) or not 0 <= seconds <= MAX_SECONDS:
+            raise ValueError(f"Snooze: seconds must be between 0 and {MAX_SECONDS}, not {seconds!r}")
+        super().__init__(f"snoozed for {seconds:g} s")
+        self.seconds = float(seconds)
+
+
+class SnoozeLimitExceeded(Exception):
+    """What an attempt fails with when its job asked to snooze once more than
+    ``JOBQUEUE['MAX_SNOOZES']`` allows: the job fails for good."""
 
 
 class JobCancelled(Exception):

@@ -12,9 +12,12 @@ import time
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from queue_app.exceptions import JobTimeLimitExceeded, UnknownJobType
+
+if TYPE_CHECKING:
+    from queue_app.reports import CurrentJob
 
 Handler = Callable[[dict[str, Any]], Any]
 # A handler's own backoff: (attempt that failed, its exception or None) -> seconds to wait.
@@ -147,9 +150,12 @@ def registered_handlers() -> list[HandlerSpec]:
 _current_job: ContextVar = ContextVar("current_job")
 
 
-def current_job():
-    """The ClaimedJob being run; only valid inside a handler."""
-    return _current_job.get()
+def current_job() -> CurrentJob:
+    """The job the current handler call runs: its id, attempt, fence and payload, and its
+    ``progress()`` and ``log()`` (queue_app/reports.py). LookupError outside a handler."""
+    from queue_app.reports import CurrentJob  # it reads the models; this module loads before them
+
+    return CurrentJob(_current_job.get(), _current_attempt.get(None))
 
 
 # The monotonic time the current handler call's soft time limit passes, set by the worker.

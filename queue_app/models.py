@@ -31,6 +31,9 @@ class Job(models.Model):
     # share a value. Writes on behalf of a running attempt are conditional on it.
     fence = models.PositiveBigIntegerField(default=0, db_default=0)
     max_attempts = models.PositiveIntegerField()
+    # Times the job snoozed (its handler raised Snooze): each put it back to wait, its
+    # attempt not charged; the snooze UPDATE refuses one past JOBQUEUE['MAX_SNOOZES'].
+    snoozes = models.PositiveIntegerField(default=0, db_default=0)
     # When a queued job may next run (retry backoff or scheduled start); NULL = now.
     next_retry_at = models.DateTimeField(null=True, blank=True)
     # When the job last became (or becomes) ready: orders it among equal priorities.
@@ -45,6 +48,11 @@ class Job(models.Model):
     # Import path of the exception class behind last_error ("" when no exception raised it).
     last_error_class = models.CharField(max_length=300, blank=True, default="")
     result = models.JSONField(null=True, blank=True)
+    # The latest progress a running attempt reported (current_job().progress), 0..1, with
+    # its message and time; NULL until one does. Written only while that attempt holds the job.
+    progress = models.FloatField(null=True, blank=True)
+    progress_message = models.TextField(blank=True, default="", db_default="")
+    progress_at = models.DateTimeField(null=True, blank=True)
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     # Hash of the request that first used the key: same key + other body = conflict.
     # Keys are per owner (see Meta.constraints).
@@ -158,6 +166,10 @@ class Job(models.Model):
             ),
         ]
         constraints = [
+            models.CheckConstraint(
+                condition=models.Q(progress__isnull=True) | models.Q(progress__gte=0, progress__lte=1),
+                name="ck_jobs_progress_fraction",
+            ),
             # A key is its owner's (the IETF Idempotency-Key draft scopes keys per client);
             # jobs without an owner (enqueued from code) share one scope, hence NULLS NOT
             # DISTINCT. The key leads, so the admin's search by key alone uses it too.

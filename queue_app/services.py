@@ -4,6 +4,7 @@
     from queue_app.services import cancel_jobs, retry_jobs  # a selection, set-based
     from queue_app.services import pause_queue, resume_queue, set_queue_limits
     from queue_app.services import chain, group, chord, enqueue_workflow, enqueue_batch
+    from queue_app.services import current_job, Snooze  # inside a handler
 
 Everything here joins the caller's transaction: a job enqueued inside
 ``transaction.atomic()`` exists (and will run) only if that block commits.
@@ -54,6 +55,7 @@ from queue_app.exceptions import (
     JobsRejected,
     PayloadTooLarge,
     QueueError,
+    Snooze,
     TransitionNotAllowed,
     UnknownJobType,
     UnknownQueue,
@@ -76,6 +78,7 @@ __all__ = [
     "PayloadTooLarge",
     "QueueControls",
     "QueueError",
+    "Snooze",
     "TransitionNotAllowed",
     "UnknownJobType",
     "UnknownQueue",

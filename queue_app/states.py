@@ -95,6 +95,9 @@ TRANSITION_TABLE: dict[str, Transition] = {
         Transition(
             "hand_back", _RUNNING, Status.QUEUED, "handed_back", "info", "enqueue", True, to_head=True
         ),
+        # The handler raised Snooze: back to wait, the attempt taken back (as a hand-back's),
+        # while the job has snoozed fewer than JOBQUEUE['MAX_SNOOZES'] times.
+        Transition("snooze", _RUNNING, Status.QUEUED, "snoozed", "info", "schedule", True),
         Transition(
             "rescue_requeue", _RUNNING, Status.QUEUED, "lease_expired_requeued", "warning", "schedule", True
         ),
@@ -205,4 +208,9 @@ COMPLETION_FENCED = "completion_fenced"  # a completion arrived after the attemp
 FAILURE_FENCED = "failure_fenced"  # likewise for a failure
 HEARTBEAT_FENCED = "heartbeat_fenced"  # a heartbeat for a lease the attempt no longer holds
 REENQUEUED = "reenqueued"  # a queued job's id pushed to Redis again
-NON_TRANSITION_EVENTS = frozenset({COMPLETION_FENCED, FAILURE_FENCED, HEARTBEAT_FENCED, REENQUEUED})
+SNOOZE_FENCED = "snooze_fenced"  # likewise for a snooze
+JOB_LOG = "job_log"  # a line the running job logged (current_job().log)
+JOB_LOG_DROPPED = "job_log_dropped"  # how many lines past JOB_LOG_LINES_PER_SECOND were dropped
+NON_TRANSITION_EVENTS = frozenset(
+    {COMPLETION_FENCED, FAILURE_FENCED, HEARTBEAT_FENCED, REENQUEUED, SNOOZE_FENCED, JOB_LOG, JOB_LOG_DROPPED}
+)

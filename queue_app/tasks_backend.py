@@ -43,7 +43,7 @@ from django.utils.module_loading import import_string
 
 from queue_app.broker import LATEST_EXACT_TIME
 from queue_app.conf import SettingError, queue_settings
-from queue_app.exceptions import InvalidJob, WorkerShutdown
+from queue_app.exceptions import InvalidJob, Snooze, WorkerShutdown
 from queue_app.handlers import current_job, job_handler
 from queue_app.payloads import check_result
 from queue_app.states import TASK_JOB_TYPE, Status
@@ -337,13 +337,13 @@ def _worker_ids(job) -> list[str]:
 
     if job.attempts == 0:
         return []
-    events = ("claimed", "handed_back")
+    events = ("claimed", "handed_back", "snoozed")
     rows = JobLog.objects.filter(job_id=job.id, event__in=events).order_by("created_at", "id")
     rows = list(rows.values_list("event", "extra"))
-    # A handed-back attempt is not counted (attempts went down): drop its claim, which
-    # records the same fence as the hand-back.
-    handed_back = {extra.get("fence") for event, extra in rows if event == "handed_back"} - {None}
-    claims = [extra for event, extra in rows if event == "claimed" and extra.get("fence") not in handed_back]
+    # A handed-back or snoozed attempt is not counted (attempts went down): drop its claim,
+    # which records the same fence as the hand-back or snooze.
+    uncounted = {extra.get("fence") for event, extra in rows if event != "claimed"} - {None}
+    claims = [extra for event, extra in rows if event == "claimed" and extra.get("fence") not in uncounted]
     # Rows without a fence (none are written now) fall back to the latest claims.
     return [extra.get("worker", "") for extra in claims][-job.attempts :]
 
@@ -395,8 +395,8 @@ def run_django_task(payload: dict[str, Any]) -> Any:
             value = task.call(*args, **kwargs)
         value = normalize_json(value)
         _check_storable(value)
-    except WorkerShutdown:
-        raise  # the worker hands the attempt back uncounted: it has no outcome to announce
+    except (WorkerShutdown, Snooze):
+        raise  # the worker hands the attempt back or snoozes it, uncounted: no outcome to announce
     except BaseException as exc:
         # Django's immediate backend fails a task on any BaseException but KeyboardInterrupt; the
         # worker counts that one too (a task's doing, not a signal), as its time limit and lost lease.

@@ -172,3 +172,13 @@ def listening_backends() -> set[int]:
             [sql.query("listen_outbox")],
         )
         return {row[0] for row in cursor.fetchall()}
+
+
+def close_sync_to_async_connections() -> None:
+    """Close the database connection of asgiref's shared thread, where a coroutine's
+    ``sync_to_async`` calls ran: it outlives the test otherwise (and keeps the test
+    database from being dropped)."""
+    from asgiref.sync import SyncToAsync
+    from django.db import connections
+
+    SyncToAsync.single_thread_executor.submit(connections.close_all).result()

@@ -42,6 +42,13 @@ BAD_VALUES = [
     ({"METRICS_ENABLED": "maybe"}, "JOBQUEUE['METRICS_ENABLED'] must be a boolean (1/0, true/false)"),
     ({"TRACING_ENABLED": 2}, "JOBQUEUE['TRACING_ENABLED'] must be a boolean (1/0, true/false)"),
     ({"METRICS_TOKEN": 1234}, "JOBQUEUE['METRICS_TOKEN'] must be a string"),
+    ({"MAX_SNOOZES": 0}, "JOBQUEUE['MAX_SNOOZES'] must be greater than 0, not 0"),
+    ({"MAX_SNOOZES": "many"}, "JOBQUEUE['MAX_SNOOZES'] must be a whole number, not 'many'"),
+    ({"PROGRESS_MIN_INTERVAL_SECONDS": -1}, "JOBQUEUE['PROGRESS_MIN_INTERVAL_SECONDS'] must be greater"),
+    ({"PROGRESS_MIN_INTERVAL_SECONDS": "nan"}, "JOBQUEUE['PROGRESS_MIN_INTERVAL_SECONDS'] must be a finite"),
+    ({"JOB_LOG_LINES_PER_SECOND": 0}, "JOBQUEUE['JOB_LOG_LINES_PER_SECOND'] must be greater than 0, not 0"),
+    # A fraction for a whole number is refused, not cut (int(2.5) would be 2).
+    ({"JOB_LOG_LINES_PER_SECOND": 2.5}, "JOBQUEUE['JOB_LOG_LINES_PER_SECOND'] must be a whole number"),
 ]
 
 

@@ -308,10 +308,13 @@ class JobAdmin(JobPageMixin, HistoryAdmin):
         "lease_expires",
         "expires",
         "relations",
+        "progress_bar",
+        "progress_reported",
     )
     fieldsets = (
         (None, {"fields": ("id", "type", "queue", "priority", "status_badge", "owner")}),
-        ("Attempts", {"fields": ("attempts_of_max", "worker_id", "lease_expires")}),
+        ("Attempts", {"fields": ("attempts_of_max", "snoozes", "worker_id", "lease_expires")}),
+        ("Progress", {"fields": ("progress_bar", "progress_message", "progress_reported")}),
         (
             "Timing",
             {"fields": ("created", "ready_at", "retry_at", "expires", "started", "completed", "duration")},
@@ -339,6 +342,7 @@ class JobAdmin(JobPageMixin, HistoryAdmin):
     completed = timestamp_field("completed_at", "finished at")
     lease_expires = timestamp_field("lease_expires_at", "lease expires at")
     expires = timestamp_field("expires_at", "expires unless started by")
+    progress_reported = timestamp_field("progress_at", "progress reported at")
 
     class Media:
         css = {"all": ("queue_app/admin.css",)}
@@ -382,6 +386,14 @@ class JobAdmin(JobPageMixin, HistoryAdmin):
     @admin.display(description="attempts")
     def attempts_of_max(self, job: Job) -> str:
         return f"{job.attempts}/{job.max_attempts}"
+
+    @admin.display(description="progress")
+    def progress_bar(self, job: Job) -> str:
+        """The latest progress its running attempt reported (its log lines are in the trail)."""
+        if job.progress is None:
+            return "-"
+        percent = f"{job.progress * 100:.0f} %"
+        return format_html('<progress max="1" value="{}">{}</progress> {}', job.progress, percent, percent)
 
     @admin.display(description="took")
     def duration(self, job: Job) -> str:

@@ -368,6 +368,22 @@ class JobSerializer(serializers.ModelSerializer):
     last_error_traceback = serializers.SerializerMethodField(
         help_text="Its traceback; null unless the caller has the queue_app.view_job permission."
     )
+    snoozes = serializers.IntegerField(
+        read_only=True,
+        help_text="Times the job snoozed (its handler raised Snooze): each put it back to wait"
+        " without counting an attempt.",
+    )
+    progress = serializers.FloatField(
+        read_only=True,
+        allow_null=True,
+        help_text="The latest progress its running attempt reported, from 0 to 1; null until one did.",
+    )
+    progress_message = serializers.CharField(
+        read_only=True, help_text="The message reported with that progress, else empty."
+    )
+    progress_at = serializers.DateTimeField(
+        read_only=True, allow_null=True, help_text="When that progress was written; null until then."
+    )
 
     class Meta:
         model = Job
@@ -381,11 +397,15 @@ class JobSerializer(serializers.ModelSerializer):
             "status",
             "attempts",
             "max_attempts",
+            "snoozes",
             "run_at",
             "next_retry_at",
             "created_at",
             "started_at",
             "completed_at",
+            "progress",
+            "progress_message",
+            "progress_at",
             "last_error",
             "last_error_traceback",
             "result",
@@ -456,11 +476,15 @@ def job_body(job: Job, request) -> dict[str, Any]:
         "status": text(job.status),
         "attempts": job.attempts,
         "max_attempts": job.max_attempts,
+        "snoozes": job.snoozes,
         "run_at": timestamp(job.enqueued_at),
         "next_retry_at": timestamp(job.next_retry_at),
         "created_at": timestamp(job.created_at),
         "started_at": timestamp(job.started_at),
         "completed_at": timestamp(job.completed_at),
+        "progress": job.progress,
+        "progress_message": text(job.progress_message),
+        "progress_at": timestamp(job.progress_at),
         "last_error": text(job.last_error),
         "last_error_traceback": job.last_error_traceback if may_see_traceback else None,
         "result": job.result,

@@ -428,6 +428,11 @@ def _created_job(planned: _Planned, owner, created_at: datetime, trace_context) 
         "owner_id": getattr(owner, "pk", None),
         "worker_id": "",
         "lease_expires_at": None,
+        "retry_requested": False,
+        "snoozes": 0,
+        "progress": None,
+        "progress_message": "",
+        "progress_at": None,
         "backend": request.backend,
         "trace_context": trace_context,
     }

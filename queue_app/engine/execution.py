@@ -32,7 +32,15 @@ from queue_app.handlers import get_handler
 from queue_app.models import Job, JobLog
 from queue_app.observability import metrics, tracing
 from queue_app.observability.logs import get_logger
-from queue_app.states import COMPLETION_FENCED, FAILURE_FENCED, HEARTBEAT_FENCED, RUNNING, Status, Transition
+from queue_app.states import (
+    COMPLETION_FENCED,
+    FAILURE_FENCED,
+    HEARTBEAT_FENCED,
+    RUNNING,
+    SNOOZE_FENCED,
+    Status,
+    Transition,
+)
 
 log = get_logger("queue_app.services")
 
@@ -545,3 +553,53 @@ def hand_back_job(job_id: str, fence: int, *, worker_id: str, reason: str) -> bo
         return False
     log.info("job_handed_back", job_id=job_id, fence=fence, reason=reason)
     return True
+
+
+def snooze_job(job_id: str, fence: int, seconds: float) -> str | None:
+    """The handler raised Snooze: the job waits ``seconds`` and runs again, the attempt not
+    charged (``attempts`` goes back down, ``snoozes`` up; ``fence`` stays).
+
+    Returns 'queued'; 'failed' once the job has snoozed ``JOBQUEUE['MAX_SNOOZES']`` times
+    (that attempt fails with SnoozeLimitExceeded, not retried); 'cancelled' when the job was
+    asked to cancel (the attempt has stopped: the cancel is confirmed instead); None when
+    the attempt no longer holds the job (nothing written but a 'snooze_fenced' row).
+    """
+    limit = queue_settings().MAX_SNOOZES
+    row = transition("snooze")
+    params = {
+        "id": str(job_id),
+        "sources": sorted(row.sources),
+        "target": row.target,
+        "fence": fence,
+        "delay": seconds,
+        "max_snoozes": limit,
+    }
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(sql.query("snooze"), params)
+            found = cursor.fetchone()
+        if found is not None:
+            job = TransitionedJob(str(found[0]), *found[1:7])
+            record_transitions(
+                row,
+                [job],
+                message=f"snoozed for {seconds:g} s ({found[7]} of at most {limit})",
+                fence=fence,
+                details={"seconds": seconds, "snoozes": found[7]},
+            )
+            log.info("job_snoozed", job_id=job_id, seconds=seconds, snoozes=found[7])
+            return Status.QUEUED
+        if selectors.running_attempt(job_id, fence) is not None:
+            # Still this attempt's, so the bound refused it: the attempt fails, and a retry
+            # would only meet the same bound.
+            return fail_job(
+                job_id,
+                fence,
+                f"SnoozeLimitExceeded: the job has snoozed {limit} times, as many as"
+                f" JOBQUEUE['MAX_SNOOZES'] allows",
+                retry=False,
+                error_class="queue_app.exceptions.SnoozeLimitExceeded",
+            )
+        if settle_rejected_attempts([(job_id, fence)], SNOOZE_FENCED):
+            return Status.CANCELLED
+    return None

@@ -123,16 +123,22 @@ def apply_transition_to_jobs(name: str, job_ids: Sequence, *, message: str = "")
 
 
 def record_transitions(
-    row: Transition, jobs: Sequence[TransitionedJob], *, message: str, fence: int | None = None
+    row: Transition,
+    jobs: Sequence[TransitionedJob],
+    *,
+    message: str,
+    fence: int | None = None,
+    details: dict[str, object] | None = None,
 ) -> None:
     """The log rows (and outbox rows, where Redis must change) of jobs that just made transition ``row``.
 
     Runs inside the transaction of the UPDATE that moved them. A fenced
-    transition's log row records the job's attempts and the holder's ``fence``.
+    transition's log row records the job's attempts and the holder's ``fence``;
+    ``details`` adds what the transition's own row says (a snooze's seconds).
     """
     logs, outbox = [], []
     for job in jobs:
-        extra: dict[str, object] = dict(job.log_extra)
+        extra: dict[str, object] = {**job.log_extra, **(details or {})}
         if row.fenced:
             extra["attempt"] = job.attempts
             if fence is not None:

@@ -13,7 +13,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('queue_app', '0021_claim_v3'),
+        ('queue_app', '0022_snooze_progress'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -6,9 +6,11 @@ decided here, once: a result is completed (batched in the main thread, written
 at once in a slot), an exception fails the attempt (retried or not, with its
 summary for the owner and its traceback kept apart), a stop the attempt was
 asked for (``AttemptStopped``: cancel requested, lease lost) confirms the cancel
-or writes nothing, a shutdown hands the job back. Every write is fenced by the
-attempt's token; an outcome the fence turns away confirms a pending cancel or
-is recorded once.
+or writes nothing, a shutdown hands the job back, a ``Snooze`` the handler raised
+puts the job back to wait, uncounted. Every write is fenced by the attempt's
+token; an outcome the fence turns away confirms a pending cancel or is recorded
+once. What the handler reported and its rate limits kept (queue_app/reports.py)
+is written before its outcome.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from queue_app.exceptions import (
     CancelRequested,
     JobTimeLimitExceeded,
     QueueError,
+    Snooze,
     WorkerShutdown,
     failure_cause,
 )
@@ -69,7 +72,7 @@ class Runner(Protocol):
 
 @dataclass(frozen=True)
 class Outcome:
-    kind: str  # completed | rejected | stopped | handed_back | failed
+    kind: str  # completed | rejected | stopped | handed_back | failed | snoozed
     result: Any = None
     summary: str = ""
     retry: bool = True
@@ -77,6 +80,8 @@ class Outcome:
     delay: float | None = None
     error_class: str = ""
     traceback: str = ""
+    # snoozed: how long the job waits before it runs again.
+    snooze_seconds: float = 0.0
 
 
 def failure(exc: BaseException, *, retry: bool, delay: float | None = None) -> Outcome:
@@ -169,6 +174,7 @@ class Executor:
                 result = runner.call(attempt, spec, self)
             finally:
                 runner.end(attempt)
+                write_kept_reports(attempt)
         except Fenced:
             return Outcome("rejected")
         except AttemptStopped:
@@ -177,6 +183,8 @@ class Executor:
             return Outcome("handed_back", summary="worker shutdown grace period ended")
         except HandedBack as exc:
             return Outcome("handed_back", summary=str(exc))
+        except Snooze as exc:
+            return Outcome("snoozed", snooze_seconds=exc.seconds)
         except JobTimeLimitExceeded as exc:
             return time_limit_failure(exc)
         except (concurrent.futures.CancelledError, asyncio.CancelledError) as exc:
@@ -212,6 +220,9 @@ class Executor:
             result = spec.func(dict(job.payload))
             returned()
             check_result(result)
+            if attempt.reports is not None:
+                # In the completion's transaction: written after it, they would find the job done.
+                attempt.reports.flush()
             if not execution.complete_jobs([Completion(job.id, job.fence, result)], settle_rejected=False):
                 raise Fenced()
         return ALREADY_COMPLETED
@@ -241,6 +252,10 @@ class Executor:
             elif outcome.kind == "handed_back":
                 start_from_a_usable_connection()
                 self.hand_back(attempt, outcome.summary)
+            elif outcome.kind == "snoozed":
+                start_from_a_usable_connection()
+                self.before_hand_back()  # due again at once (0 s), it may be popped again
+                execution.snooze_job(job.id, job.fence, outcome.snooze_seconds)
             else:
                 start_from_a_usable_connection()
                 execution.fail_job(
@@ -271,6 +286,19 @@ class Executor:
         self.before_hand_back()
         execution.hand_back_job(attempt.job.id, attempt.job.fence, worker_id=self.worker_id, reason=reason)
         self.holdings.settled(attempt)
+
+
+def write_kept_reports(attempt: Attempt) -> None:
+    """The handler has returned: write the progress and log lines its rate limits (or a
+    transaction) kept, before its outcome. Best effort: a store error here is logged, and
+    the outcome is still written (or fails) as it would have."""
+    if attempt.reports is None or not attempt.reports.pending():
+        return
+    try:
+        start_from_a_usable_connection()
+        attempt.reports.flush()
+    except Exception as exc:  # noqa: BLE001 - the outcome matters more than the last report
+        log.warning("job_reports_not_written", job_id=attempt.job.id, error=str(exc)[:300])
 
 
 def record_late_start(job: ClaimedJob) -> None:

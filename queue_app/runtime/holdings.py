@@ -13,9 +13,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from queue_app.engine.execution import ClaimedJob, Completion
 from queue_app.exceptions import AttemptStopped
+
+if TYPE_CHECKING:
+    from queue_app.reports import AttemptReports
 
 
 @dataclass(eq=False)
@@ -38,6 +42,8 @@ class Attempt:
     future: concurrent.futures.Future | None = None
     # Why a slot coroutine was cancelled by the worker itself (shutdown), if it was.
     cancelled_for: str = ""
+    # Its handler's progress and log lines (queue_app.reports), from its first report.
+    reports: AttemptReports | None = None
 
     @property
     def key(self) -> tuple[str, int]:

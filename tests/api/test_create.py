@@ -20,11 +20,15 @@ JOB_FIELDS = {
     "status",
     "attempts",
     "max_attempts",
+    "snoozes",
     "run_at",
     "next_retry_at",
     "created_at",
     "started_at",
     "completed_at",
+    "progress",
+    "progress_message",
+    "progress_at",
     "last_error",
     "last_error_traceback",
     "result",
@@ -54,7 +58,8 @@ def test_create_returns_201_with_the_full_representation(api, alice):
         "queued",
     )
     assert body["payload"] == {"invoice": 42}
-    assert body["attempts"] == 0 and body["max_attempts"] == 3
+    assert body["attempts"] == 0 and body["max_attempts"] == 3 and body["snoozes"] == 0
+    assert (body["progress"], body["progress_message"], body["progress_at"]) == (None, "", None)
     assert body["result"] is None and body["next_retry_at"] is None and body["idempotency_key"] is None
     assert datetime.fromisoformat(body["created_at"]) == job.created_at
     assert job.owner == alice

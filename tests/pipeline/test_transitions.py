@@ -61,6 +61,7 @@ APPLY = {
     "hand_back": lambda job: execution.hand_back_job(
         str(job.id), job.fence, worker_id=WORKER, reason="shutdown"
     ),
+    "snooze": lambda job: execution.snooze_job(str(job.id), job.fence, 30),
     "rescue_requeue": lambda job: execution.rescue_expired_leases(),
     "rescue_fail": lambda job: execution.rescue_expired_leases(),
     "cancel": lambda job: services.cancel_job(job.id),
@@ -89,6 +90,7 @@ OTHER_TRANSITION = {
     ("schedule_retry", Status.CANCELLING): "confirm_cancel",
     ("fail", Status.CANCELLING): "confirm_cancel",
     ("hand_back", Status.CANCELLING): "confirm_cancel",
+    ("snooze", Status.CANCELLING): "confirm_cancel",
     ("rescue_requeue", Status.CANCELLING): "rescue_cancel",
     ("rescue_fail", Status.CANCELLING): "rescue_cancel",
     ("rescue_cancel", Status.PROCESSING): "rescue_requeue",

@@ -9,7 +9,7 @@ from django.db import connection
 from django.tasks import task
 from django.utils import timezone
 
-from queue_app.exceptions import LeaseLost
+from queue_app.exceptions import CancelRequested, LeaseLost, Snooze
 from queue_app.handlers import check_time_limit, current_job, job_handler
 from tests.probe import journal, retry_jobs, workflow_jobs  # noqa: F401 - registers their handlers
 from tests.probe.models import Effect, Execution
@@ -367,3 +367,134 @@ def fail_io(payload):
 async def fail_async(payload):
     """Raises in a slot coroutine."""
     raise ValueError("coroutine failure")
+
+
+# --- snooze, progress and log lines --------------------------------------------------------
+
+# What the report handlers' calls returned, when the worker runs in the test's own process.
+REPORTED: list[dict] = []
+
+
+def _snooze_or_return(execution, payload):
+    """Snooze while this job has run no more than ``times`` times, then return its run count."""
+    runs = Execution.objects.filter(job_id=execution.job_id).count()
+    if runs <= int(payload.get("times", 1)):
+        raise Snooze(float(payload.get("seconds", 0.1)))
+    return {"runs": runs, "attempt": execution.attempt}
+
+
+@job_handler("probe.snooze", max_attempts=1)
+def snooze(payload):
+    """Snoozes ``times`` times (``seconds`` each), then completes. One attempt allowed: a
+    snooze that charged one would leave none for the run that completes."""
+    return _snooze_or_return(_started(), payload)
+
+
+@job_handler("probe.snooze_io", io_bound=True, max_attempts=1)
+def snooze_io(payload):
+    """``probe.snooze`` on a slot thread."""
+    return _snooze_or_return(_started(), payload)
+
+
+@job_handler("probe.snooze_async", max_attempts=1)
+async def snooze_async(payload):
+    """``probe.snooze`` in a slot coroutine."""
+    from asgiref.sync import sync_to_async
+
+    execution = await sync_to_async(_started)()
+    return await sync_to_async(_snooze_or_return)(execution, payload)
+
+
+@job_handler("probe.snooze_atomic", atomic=True, max_attempts=1)
+def snooze_atomic(payload):
+    """Writes an Effect, then snoozes: the effect rolls back with the attempt."""
+    job = current_job()
+    Effect.objects.create(job_id=job.id, attempt=job.attempt)
+    raise Snooze(float(payload.get("seconds", 60)))
+
+
+@job_handler("probe.snooze_on_cancel", max_attempts=1)
+def snooze_on_cancel(payload):
+    """Waits to be cancelled and answers the cancel with a snooze: the two race."""
+    _started()
+    try:
+        time.sleep(30)
+    except CancelRequested:
+        raise Snooze(0) from None
+
+
+def _report(payload) -> dict:
+    """``progress`` calls (i of N, message "step i") and ``lines`` log lines, as fast as it can."""
+    job = current_job()
+    started = time.monotonic()
+    total = int(payload.get("progress", 0))
+    progressed = {job.progress(step, total, message=f"step {step}") for step in range(1, total + 1)}
+    logged = {job.log(f"line {index}", index=index) for index in range(int(payload.get("lines", 0)))}
+    REPORTED.append({"job": job.id, "progress": progressed, "log": logged})
+    return {"seconds": time.monotonic() - started}
+
+
+@job_handler("probe.report", max_attempts=1)
+def report(payload):
+    return _report(payload)
+
+
+@job_handler("probe.report_atomic", atomic=True, max_attempts=1)
+def report_atomic(payload):
+    """Reports inside its completion's transaction; fails when ``fail`` says so."""
+    result = _report(payload)
+    if payload.get("fail"):
+        raise RuntimeError("failed after reporting")
+    return result
+
+
+@job_handler("probe.report_async", max_attempts=1)
+async def report_async(payload):
+    """Reports from a coroutine through ``aprogress`` and ``alog``."""
+    job = current_job()
+    assert await job.aprogress(0.25, message="a quarter")
+    assert await job.alog("from a coroutine", where="slot")
+    assert await job.aprogress(1, message="all")
+
+
+@job_handler("probe.report_and_wait", max_attempts=1)
+def report_and_wait(payload):
+    """Reports half done and one log line, then waits for the file ``go`` names to appear."""
+    job = current_job()
+    _started()
+    job.progress(1, 2, message="halfway")
+    job.log("waiting for the go", file=payload["go"])
+    while not os.path.exists(payload["go"]):
+        time.sleep(0.05)
+    job.progress(1, message="done")
+
+
+@task
+def snoozing_task(times):
+    """A django.tasks task that snoozes ``times`` times (0.1 s each), then returns its run count."""
+    job = current_job()
+    runs = Execution.objects.filter(job_id=job.id).count() + 1
+    Execution.objects.create(job_id=job.id, attempt=job.attempt, pid=os.getpid())
+    if runs <= times:
+        raise Snooze(0.1)
+    return {"runs": runs, "attempt": job.attempt}
+
+
+@task
+def reporting_task(lines):
+    """A django.tasks task that reports progress and log lines through current_job()."""
+    job = current_job()
+    job.progress(1, 4, message="a quarter")
+    for index in range(lines):
+        job.log(f"task line {index}", index=index)
+    job.progress(1, message="done")
+    return {"ok": True}
+
+
+@task
+async def reporting_task_async():
+    """An async django.tasks task: current_job() and its a-methods work inside it too."""
+    job = current_job()
+    await job.aprogress(0.5, message="half")
+    await job.alog("async task line")
+    return {"id": job.id}

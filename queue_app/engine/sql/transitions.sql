@@ -37,6 +37,19 @@ UPDATE jobs SET status = %(target)s, attempts = attempts - 1, worker_id = '',
 -- attempts + 1: the attempt handed back, which its log row names.
 RETURNING id, status, attempts + 1, queue, priority_value, enqueued_at, next_retry_at
 
+-- name: snooze
+-- The handler asked to wait (it raised Snooze): queued again, due after the seconds it
+-- asked for, its attempt taken back (as a hand-back's) and counted as a snooze, while the
+-- job has snoozed fewer than %(max_snoozes)s times. The fence stays, as for a hand-back.
+UPDATE jobs
+   SET status = %(target)s, attempts = attempts - 1, snoozes = snoozes + 1,
+       next_retry_at = now() + make_interval(secs => %(delay)s),
+       enqueued_at = now() + make_interval(secs => %(delay)s),
+       worker_id = '', lease_expires_at = NULL
+ WHERE id = %(id)s AND status = ANY(%(sources)s) AND fence = %(fence)s AND snoozes < %(max_snoozes)s
+-- attempts + 1: the attempt that snoozed, which its log row names; snoozes: the count so far.
+RETURNING id, status, attempts + 1, queue, priority_value, enqueued_at, next_retry_at, snoozes
+
 -- name: cancel
 -- A job no worker runs: cancelled at once.
 UPDATE jobs SET status = %(target)s, completed_at = now(), worker_id = '',
