@@ -172,6 +172,10 @@ class CurrentJob:
         """The attempt's number (1 for the first), as charged: a snooze or hand-back is not one."""
         return self._job.attempt
 
+    def parent_results(self) -> dict[str, Any]:
+        """The results of the jobs this one depends on (``ClaimedJob.parent_results``)."""
+        return self._job.parent_results()
+
     @property
     def max_attempts(self) -> int:
         return self._job.max_attempts
