@@ -170,9 +170,19 @@ class Injector:
         return f"killed {child.name} ({killed})"
 
     def _kill_worker_process(self, fault: Fault) -> str | None:
-        child = self._worker(fault)
-        pid = self.cast.kill_one_worker_process(child) if child is not None else None
-        return None if pid is None else f"killed process {pid} of {child.name}"
+        """The planned (or a busy) worker's process; when that worker is down, paused or
+        restarting under another fault, a process of any other running worker."""
+        chosen = self._worker(fault)
+        others = [
+            child
+            for child in self.cast.by_role("worker")
+            if child is not chosen and child.alive and not child.paused and not child.down
+        ]
+        for child in ([chosen] if chosen is not None else []) + others:
+            pid = self.cast.kill_one_worker_process(child)
+            if pid is not None:
+                return f"killed process {pid} of {child.name}"
+        return None
 
     def _pause_worker(self, fault: Fault) -> str | None:
         child = self._worker(fault)
