@@ -19,9 +19,9 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.reverse import reverse
 
-from queue_app.engine.enqueue import MAX_EXPIRES_IN
+from queue_app.engine.enqueue import MAX_EXPIRES_IN, PRIORITY_RULE, resolved_priority
 from queue_app.engine.uniqueness import MAX_UNIQUE_FOR_SECONDS, MAX_UNIQUE_KEY_LENGTH
-from queue_app.exceptions import UnknownJobType
+from queue_app.exceptions import InvalidJob, UnknownJobType
 from queue_app.handlers import get_handler
 from queue_app.models import Job, JobLog
 from queue_app.services import MAX_ATTEMPTS_LIMIT, JobRequest, check_run_at
@@ -72,19 +72,17 @@ class StrictChoiceField(serializers.ChoiceField):
     }
 )
 class PriorityField(serializers.Field):
-    """A named tier or an integer (higher runs sooner), as ``enqueue_job`` takes it."""
+    """A named tier or an integer (higher runs sooner), checked by the rule ``enqueue_job``
+    applies (engine/enqueue.py), so the API and the Python API cannot drift apart."""
 
-    default_error_messages = {
-        "invalid": f"Must be one of {', '.join(Priority.values)}, or an integer from {PRIORITY_MIN}"
-        f" to {PRIORITY_MAX}."
-    }
+    default_error_messages = {"invalid": PRIORITY_RULE[0].upper() + PRIORITY_RULE[1:] + "."}
 
     def to_internal_value(self, data: Any) -> str | int:
-        if isinstance(data, str) and data in Priority.values:
-            return data
-        if isinstance(data, int) and not isinstance(data, bool) and PRIORITY_MIN <= data <= PRIORITY_MAX:
-            return data
-        self.fail("invalid")
+        try:
+            resolved_priority(data)
+        except InvalidJob:
+            self.fail("invalid")
+        return data
 
     def to_representation(self, value: Any) -> Any:
         return value

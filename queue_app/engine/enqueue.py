@@ -120,19 +120,19 @@ class JobRequest:
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
-_PRIORITY_RULE = (
+PRIORITY_RULE = (
     f"must be one of {', '.join(Priority.values)}, or an integer from {PRIORITY_MIN} to {PRIORITY_MAX}"
 )
 
 
-def _resolved_priority(priority: object) -> tuple[str, int]:
+def resolved_priority(priority: object) -> tuple[str, int]:
     """(named tier, integer) of a priority given by name or by integer; InvalidJob names the field."""
     if isinstance(priority, int) and not isinstance(priority, bool):
         if PRIORITY_MIN <= priority <= PRIORITY_MAX:
             return priority_tier(priority), priority
     elif isinstance(priority, str) and priority in PRIORITY_VALUE:
         return str(priority), PRIORITY_VALUE[priority]
-    raise InvalidJob(_PRIORITY_RULE, field="priority")
+    raise InvalidJob(PRIORITY_RULE, field="priority")
 
 
 @dataclass(slots=True)
@@ -151,7 +151,7 @@ def _checked(request: JobRequest, settings: QueueSettings) -> _Checked:
     if not isinstance(request, JobRequest):
         raise InvalidJob(f"must be a JobRequest, not {type(request).__name__}")
     spec = get_handler(request.type)
-    priority, priority_value = _resolved_priority(request.priority)
+    priority, priority_value = resolved_priority(request.priority)
     # Types first: a list or dict here would raise TypeError (unhashable) instead of naming the field.
     if not isinstance(request.queue, str) or request.queue not in settings.QUEUES:
         raise InvalidJob(f"must be one of {', '.join(settings.QUEUES)}", field="queue")
