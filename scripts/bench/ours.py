@@ -13,8 +13,9 @@ def environment() -> dict[str, str]:
     """A production-like configuration (DEBUG off) on the benchmark's own stores."""
     return {
         **os.environ,
-        "DATABASE_URL": database_url("bench_ours"),
-        "REDIS_URL": redis_url(REDIS_DB["ours"]),
+        # Overridable, so a run of its own (history.py) never shares the stores of another.
+        "DATABASE_URL": database_url(os.environ.get("BENCH_OURS_DATABASE", "bench_ours")),
+        "REDIS_URL": redis_url(int(os.environ.get("BENCH_OURS_REDIS_DB", REDIS_DB["ours"]))),
         "DJANGO_SETTINGS_MODULE": "jobsite.settings",
         "JOBSITE_EXTRA_APPS": "benchapp",
         "DEBUG": "0",
@@ -37,16 +38,27 @@ def setup_django(env: dict[str, str] | None = None) -> None:
     call_command("migrate", verbosity=0)
 
 
+# Under ./dev bench --history (history.py), jobs older than a day are the history the
+# figures are measured over: a reset deletes only the day's jobs, and only those count.
+KEEP_HISTORY = os.environ.get("BENCH_KEEP_HISTORY") == "1"
+TODAY = "created_at > now() - interval '1 day'"
+
+
 def reset_stores() -> None:
     from django.db import connection
 
     from queue_app import broker
 
     with connection.cursor() as cursor:
-        cursor.execute(
-            "TRUNCATE jobs, job_logs, job_outbox, job_schedules, job_dependencies, job_waits,"
-            " job_workflow_steps, job_workflows, job_batch_members, job_batches"
-        )
+        if KEEP_HISTORY:
+            for table in ("job_logs", "job_outbox"):  # names from this fixed tuple only
+                cursor.execute(f"DELETE FROM {table} WHERE job_id IN (SELECT id FROM jobs WHERE {TODAY})")
+            cursor.execute(f"DELETE FROM jobs WHERE {TODAY}")
+        else:
+            cursor.execute(
+                "TRUNCATE jobs, job_logs, job_outbox, job_schedules, job_dependencies, job_waits,"
+                " job_workflow_steps, job_workflows, job_batch_members, job_batches"
+            )
     broker.get_client().flushdb()
 
 
@@ -99,7 +111,10 @@ class Ours(Adapter):
         from django.db import connection
 
         with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*) FROM jobs WHERE status = 'completed'")
+            cursor.execute(
+                "SELECT count(*) FROM jobs WHERE status = 'completed'"
+                + (f" AND {TODAY}" if KEEP_HISTORY else "")
+            )
             return cursor.fetchone()[0]
 
 

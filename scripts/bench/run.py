@@ -24,6 +24,7 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
+import history
 from common import BENCH_DIR, ROOT, Workload, python, redis_url
 from report import goals, render
 
@@ -93,6 +94,14 @@ def main() -> int:
     parser.add_argument(
         "--json", default=str(ROOT / "artifacts" / "bench" / "results.json"), help="output file"
     )
+    parser.add_argument(
+        "--history",
+        help="comma-separated history sizes (finished jobs), e.g. 1000000,5000000: this project's figures "
+        "and read pages measured over each, against an empty table (history.py)",
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=20, help="with --history: requests per page (p95 reported)"
+    )
     args = parser.parse_args()
 
     workload = QUICK if args.quick else Workload()
@@ -117,6 +126,9 @@ def main() -> int:
         "BENCH_LOG_DIR": str(log_dir),
         "PYTHONPATH": os.pathsep.join([str(BENCH_DIR), str(ROOT)]),
     }
+    if args.history:
+        sizes = [int(size.replace("_", "")) for size in args.history.split(",") if size.strip()]
+        return history.run(sizes, rounds, args.repeat, workload, run_child, out.parent / "history", env)
     results: dict = {"machine": server_facts(env), "workload": asdict(workload), "rounds": rounds, "runs": []}
     started = time.monotonic()
     spec = json.dumps(asdict(workload))

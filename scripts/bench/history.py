@@ -1,0 +1,326 @@
+"""How this project's cost grows with its history: the standard figures and the read
+pages, measured again over N finished jobs.
+
+    ./dev bench --history 1000000,5000000 [--rounds 3] [--repeat 20]
+
+For each N (0 is always measured first), the benchmark database ``bench_ours`` is
+filled up to N finished jobs with their log trails, generated inside PostgreSQL
+(statuses as a healthy system leaves them, spread over the 90 days before
+yesterday), then vacuumed and analysed as autovacuum would. The standard workload
+(scripts/bench/common.py: enqueue, drain with 1 and 2 processes, enqueue-to-start)
+runs ``--rounds`` times over that history, in fresh processes as ``./dev bench``
+runs it; its jobs are the day's, so they are deleted between rounds and the history
+stays. Then each read page is requested ``--repeat`` times (admin job list filters,
+an id-fragment search, a job page, the API's first and a deep page, stats, the
+dashboard, /metrics) and its p95 reported. Figures at N are ratios to the figures
+at 0 of the same run; a Goals block judges them, and one PNG per figure plots it
+against N (artifacts/bench/history/).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from common import BENCH_DIR, ROOT, Workload
+
+# Statuses of finished jobs, cumulative shares: most succeed, some fail or are cancelled.
+FILL_SQL = """
+WITH numbered AS (
+    SELECT g, random() AS r,
+           now() - interval '91 days' + ((g - %(start)s)::float8 / %(batch)s) * interval '90 days' AS created
+      FROM generate_series(%(start)s + 1, %(start)s + %(batch)s) AS g
+), seeded AS (
+    SELECT g, created,
+           CASE WHEN r < 0.90 THEN 'completed' WHEN r < 0.96 THEN 'failed'
+                WHEN r < 0.99 THEN 'cancelled' ELSE 'expired' END AS status
+      FROM numbered
+), inserted AS (
+    INSERT INTO jobs (id, type, queue, payload, priority, priority_value, status, attempts, max_attempts,
+                      enqueued_at, created_at, started_at, completed_at, last_error, last_error_class,
+                      last_error_traceback, result, idempotency_key, idempotency_fingerprint,
+                      worker_id, backend)
+    SELECT gen_random_uuid(), (%(types)s::text[])[1 + g %% cardinality(%(types)s::text[])],
+           (%(queues)s::text[])[1 + (g / 7) %% cardinality(%(queues)s::text[])],
+           jsonb_build_object('n', g), 'medium', 0, status,
+           CASE status WHEN 'failed' THEN 3 WHEN 'completed' THEN 1 ELSE 0 END, 3,
+           created, created,
+           CASE WHEN status IN ('completed', 'failed') THEN created + interval '40 ms' END,
+           created + interval '1 second',
+           CASE WHEN status = 'failed' THEN 'RuntimeError: upstream timed out (request ' || g || ')'
+                ELSE '' END,
+           CASE WHEN status = 'failed' THEN 'builtins.RuntimeError' ELSE '' END,
+           CASE WHEN status = 'failed' THEN 'Traceback (most recent call last):' || chr(10)
+                                            || 'RuntimeError: upstream timed out' ELSE '' END,
+           CASE WHEN status = 'completed' THEN jsonb_build_object('ok', true) END,
+           CASE WHEN g %% 10 = 0 THEN 'history-' || g END, '', '', ''
+      FROM seeded
+    RETURNING id, status, attempts, created_at, completed_at
+)
+INSERT INTO job_logs (job_id, created_at, level, event, message, extra)
+SELECT id, created_at, 'info', 'enqueued', '', '{}'::jsonb FROM inserted
+UNION ALL
+SELECT id, created_at + interval '40 ms', 'info', 'claimed', '', jsonb_build_object('attempt', 1)
+  FROM inserted WHERE attempts > 0
+UNION ALL
+SELECT id, completed_at, CASE WHEN status = 'failed' THEN 'error' ELSE 'info' END, status, '',
+       jsonb_build_object('attempt', attempts)
+  FROM inserted
+"""
+
+FILL_BATCH = 500_000
+# The figures of the standard workload, and which way is better (1: higher).
+FIGURES = {
+    "enqueue": 1,
+    "bulk_enqueue": 1,
+    "drain_1": 1,
+    "drain_2": 1,
+    "latency_p50_ms": -1,
+    "latency_p99_ms": -1,
+}
+FIGURE_GOAL = 0.85
+PAGE_GOAL_MS = 200.0
+
+
+def history_count() -> int:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM jobs WHERE created_at < now() - interval '1 day'")
+        return cursor.fetchone()[0]
+
+
+def fill(target: int) -> None:
+    """Add finished jobs until the history holds ``target`` (it only grows within a run)."""
+    from django.db import connection
+
+    from queue_app.conf import queue_settings
+    from queue_app.handlers import registered_types
+
+    have = history_count()
+    if have > target:
+        with connection.cursor() as cursor:
+            cursor.execute("TRUNCATE jobs CASCADE")  # and every table that refers to it
+        have = 0
+    started = time.perf_counter()
+    types, queues = registered_types(), list(queue_settings().QUEUES)
+    with connection.cursor() as cursor:
+        while have < target:
+            batch = min(FILL_BATCH, target - have)
+            cursor.execute(FILL_SQL, {"start": have, "batch": batch, "types": types, "queues": queues})
+            have += batch
+            print(f"    history {have:,} / {target:,}", file=sys.stderr, flush=True)
+        for table in ("jobs", "job_logs", "job_outbox"):
+            cursor.execute(f"VACUUM ANALYZE {table}")  # names from this fixed tuple only
+    print(f"    filled in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+
+
+def pages() -> list[tuple[str, str]]:
+    """(label, URL) of every read page timed, with ids taken from the history."""
+    from django.urls import reverse
+
+    from queue_app.models import Job
+
+    changelist = reverse("admin:queue_app_job_changelist")
+    sample = Job.objects.filter(status="failed").order_by().values_list("id", "type", "queue").first()
+    if sample is None:  # an empty history: a job of the day's rounds
+        sample = Job.objects.order_by().values_list("id", "type", "queue").first()
+    job_id, job_type, queue = sample
+    return [
+        ("admin job list", changelist),
+        ("admin job list, status=failed", f"{changelist}?status__exact=failed"),
+        ("admin job list, queue", f"{changelist}?queue={queue}"),
+        ("admin job list, type", f"{changelist}?type={job_type}"),
+        ("admin job list, search id fragment", f"{changelist}?q={str(job_id)[-12:]}"),
+        ("admin job page", reverse("admin:queue_app_job_change", args=[job_id])),
+        ("admin dashboard", reverse("admin:queue_app_job_dashboard")),
+        ("api jobs, first page", "/api/jobs/"),
+        ("api jobs, deep page", "/api/jobs/?page=200"),
+        ("api stats", reverse("stats")),
+        ("metrics", "/metrics"),
+    ]
+
+
+def page_p95s(repeat: int) -> dict[str, float]:
+    """p95 in ms of each page, requested by a logged-in superuser through Django's client."""
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    user, _ = get_user_model().objects.get_or_create(
+        username="bench-admin", defaults={"is_staff": True, "is_superuser": True}
+    )
+    client = Client(SERVER_NAME="localhost")
+    client.force_login(user)
+    p95s = {}
+    for label, url in pages():
+        timings = []
+        for _ in range(repeat):
+            started = time.perf_counter()
+            response = client.get(url)
+            timings.append((time.perf_counter() - started) * 1000)
+            if response.status_code != 200:
+                raise RuntimeError(f"{label}: HTTP {response.status_code} for {url}")
+        p95s[label] = statistics.quantiles(timings, n=20, method="inclusive")[18]
+    return p95s
+
+
+def child(step: str, argument: int) -> None:
+    """In a process of its own (Django set up on the benchmark database): ``fill`` N, or
+    time the ``pages`` (after the rounds, so an empty history still has the day's jobs)."""
+    from ours import setup_django
+
+    setup_django({**_environment(), "DEBUG": "1"})  # DEBUG: the admin's static files unbuilt
+    if step == "fill":
+        fill(argument)
+        print(json.dumps({"history": history_count()}))
+    else:
+        print(json.dumps({"pages": page_p95s(argument)}))
+
+
+def _environment() -> dict[str, str]:
+    from ours import environment
+
+    own = {"BENCH_KEEP_HISTORY": "1", "BENCH_OURS_DATABASE": "bench_history", "BENCH_OURS_REDIS_DB": "7"}
+    os.environ.update(own)
+    return {**environment(), **own}
+
+
+def run(
+    sizes: list[int], rounds: int, repeat: int, workload: Workload, run_child, out: Path, env: dict
+) -> int:
+    """Measure every size; print the table and the Goals; write JSON and the plots."""
+    env = {**env, **_environment()}
+    results: dict = {"sizes": {}, "workload": asdict(workload), "rounds": rounds}
+    for size in sorted({0, *sizes}):
+        print(f"  history {size:,}: fill ...", file=sys.stderr, flush=True)
+        filled = run_child("history.py", "fill", str(size), env=env)
+        runs = []
+        for index in range(rounds):
+            print(f"  history {size:,}: round {index + 1}/{rounds} ...", file=sys.stderr, flush=True)
+            runs.append(run_child("runner.py", "ours", json.dumps(asdict(workload)), env=env))
+        print(f"  history {size:,}: pages ...", file=sys.stderr, flush=True)
+        timed = run_child("history.py", "pages", str(repeat), env=env)
+        errors = [run["error"] for run in [filled, *runs, timed] if "error" in run]
+        figures = [run["figures"] for run in runs if "figures" in run]
+        results["sizes"][size] = {
+            "pages": timed.get("pages", {}),
+            "figures": {key: statistics.median(f[key] for f in figures) for key in FIGURES if figures},
+            "errors": errors,
+        }
+    results["goals"] = history_goals(results["sizes"])
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    print(render(results))
+    plot(results["sizes"], out)
+    print(f"\nJSON and plots: {out}")
+    failed = any(entry["errors"] for entry in results["sizes"].values())
+    return 1 if failed else 0
+
+
+def ratio(key: str, figure: float, empty: float) -> float:
+    """Figure at N relative to the empty table's; above 1 is better either way."""
+    return figure / empty if FIGURES[key] > 0 else empty / figure
+
+
+def history_goals(sizes: dict[int, dict]) -> list[dict]:
+    empty = sizes[0]["figures"]
+    goals = []
+    for size, entry in sizes.items():
+        if size == 0:
+            continue
+        for key, figure in entry["figures"].items():
+            if key in empty and figure and empty[key]:
+                value = ratio(key, figure, empty[key])
+                goals.append(
+                    {
+                        "goal": f"{key} at {size:,} vs empty >= {FIGURE_GOAL}x",
+                        "value": value,
+                        "met": value >= FIGURE_GOAL,
+                    }
+                )
+    largest = max(sizes)
+    for label, p95 in sizes[largest]["pages"].items():
+        goals.append(
+            {
+                "goal": f"{label} p95 at {largest:,} < {PAGE_GOAL_MS:.0f} ms",
+                "value": p95,
+                "met": p95 < PAGE_GOAL_MS,
+            }
+        )
+    return goals
+
+
+def render(results: dict) -> str:
+    sizes = results["sizes"]
+    columns = sorted(sizes)
+    header = f"{'figure':<42}" + "".join(f"{size:>14,}" for size in columns)
+    lines = [
+        f"history (finished jobs) -> figures, medians of {results['rounds']} round(s)",
+        header,
+        "-" * len(header),
+    ]
+    for key in FIGURES:
+        lines.append(
+            f"{key:<42}" + "".join(f"{sizes[s]['figures'].get(key, float('nan')):>14,.1f}" for s in columns)
+        )
+    labels = list(sizes[columns[-1]]["pages"])
+    for label in labels:
+        lines.append(
+            f"{label + ' p95 ms':<42}"
+            + "".join(f"{sizes[s]['pages'].get(label, float('nan')):>14,.1f}" for s in columns)
+        )
+    lines.append("\nGoals")
+    for goal in results["goals"]:
+        mark = "met" if goal["met"] else "NOT MET"
+        lines.append(f"  {mark:<8} {goal['goal']}: {goal['value']:.2f}")
+    for size in columns:
+        for error in sizes[size]["errors"]:
+            lines.append(f"FAILED at {size:,}: {error}")
+    return "\n".join(lines)
+
+
+def plot(sizes: dict[int, dict], out: Path) -> None:
+    """One PNG per figure and one for the pages, each against the history size."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = sorted(sizes)
+    for key in FIGURES:
+        values = [sizes[s]["figures"].get(key) for s in columns]
+        if None in values:
+            continue
+        figure, axes = plt.subplots(figsize=(6, 4))
+        axes.plot(columns, values, marker="o")
+        axes.set_xlabel("finished jobs in history")
+        axes.set_ylabel(key)
+        axes.set_ylim(bottom=0)
+        axes.set_title(f"{key} against history size")
+        figure.tight_layout()
+        figure.savefig(out / f"{key}.png")
+        plt.close(figure)
+    figure, axes = plt.subplots(figsize=(7, 5))
+    for label in sizes[columns[-1]]["pages"]:
+        axes.plot(
+            columns, [sizes[s]["pages"].get(label, float("nan")) for s in columns], marker="o", label=label
+        )
+    axes.axhline(PAGE_GOAL_MS, linestyle="--", color="grey")
+    axes.set_xlabel("finished jobs in history")
+    axes.set_ylabel("p95 ms")
+    axes.set_ylim(bottom=0)
+    axes.legend(fontsize="x-small")
+    axes.set_title("read pages against history size")
+    figure.tight_layout()
+    figure.savefig(out / "pages_p95_ms.png")
+    plt.close(figure)
+
+
+if __name__ == "__main__":
+    sys.path[:0] = [str(BENCH_DIR), str(ROOT)]
+    child(sys.argv[1], int(sys.argv[2]))

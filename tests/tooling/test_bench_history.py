@@ -1,0 +1,55 @@
+"""scripts/bench/history.py, behind ``./dev bench --history``: the history it generates looks
+like what the queue itself leaves (finished jobs only, each with a log trail that opens with
+its enqueue and closes with its status), and every read page it times answers over it."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.test import Client
+
+from queue_app.states import TERMINAL
+from tests.helpers import PROJECT_ROOT
+
+sys.path.insert(0, str(PROJECT_ROOT / "scripts" / "bench"))
+import history  # noqa: E402 - the benchmark's own folder, put on the path above
+
+
+def _rows(query: str) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(query)
+        return cursor.fetchall()
+
+
+@pytest.mark.django_db(transaction=True)  # the fill ends with VACUUM, outside any transaction
+def test_the_history_is_finished_jobs_with_their_trails_over_ninety_days():
+    history.fill(3000)
+    history.fill(4500)  # grows by the difference only
+    assert history.history_count() == 4500
+    statuses = dict(_rows("SELECT status, count(*) FROM jobs GROUP BY status"))
+    assert set(statuses) <= {str(status) for status in TERMINAL}
+    assert statuses["completed"] > 3500 and statuses.get("failed", 0) > 100
+    [(oldest, newest)] = _rows(
+        "SELECT extract(day FROM now() - min(created_at)), extract(day FROM now() - max(created_at))"
+        "  FROM jobs"
+    )
+    assert oldest == 90 and newest == 1
+    trails = _rows(
+        """SELECT j.status, array_agg(l.event ORDER BY l.created_at, l.id)
+             FROM jobs j JOIN job_logs l ON l.job_id = j.id GROUP BY j.id, j.status"""
+    )
+    assert len(trails) == 4500
+    for status, events in trails:
+        assert events[0] == "enqueued" and events[-1] == status, (status, events)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_every_page_the_history_benchmark_times_answers_over_it():
+    history.fill(500)
+    client = Client()
+    client.force_login(get_user_model().objects.create_superuser("bench-check", password="x"))
+    for label, url in history.pages():
+        assert client.get(url).status_code == 200, label
