@@ -185,7 +185,7 @@ def child(step: str, argument: int) -> None:
 def _environment() -> dict[str, str]:
     from ours import environment
 
-    own = {"BENCH_KEEP_HISTORY": "1", "BENCH_OURS_DATABASE": "bench_history", "BENCH_OURS_REDIS_DB": "7"}
+    own = {"BENCH_KEEP_HISTORY": "1", "BENCH_OURS_DATABASE": "bench_history", "BENCH_OURS_REDIS_DB": "11"}
     os.environ.update(own)
     return {**environment(), **own}
 

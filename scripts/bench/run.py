@@ -24,6 +24,7 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
+import backlog
 import history
 from common import BENCH_DIR, ROOT, Workload, python, redis_url
 from report import goals, render
@@ -102,6 +103,9 @@ def main() -> int:
     parser.add_argument(
         "--repeat", type=int, default=20, help="with --history: requests per page (p95 reported)"
     )
+    parser.add_argument(
+        "--backlog", type=int, help="this project only: drain a backlog of this many jobs after a Redis loss"
+    )
     args = parser.parse_args()
 
     workload = QUICK if args.quick else Workload()
@@ -126,6 +130,8 @@ def main() -> int:
         "BENCH_LOG_DIR": str(log_dir),
         "PYTHONPATH": os.pathsep.join([str(BENCH_DIR), str(ROOT)]),
     }
+    if args.backlog:
+        return backlog.run(args.backlog, run_child, out.parent, env)
     if args.history:
         sizes = [int(size.replace("_", "")) for size in args.history.split(",") if size.strip()]
         return history.run(sizes, rounds, args.repeat, workload, run_child, out.parent / "history", env)
