@@ -86,9 +86,6 @@ HOOKS = ("before_start", "on_success", "on_failure", "on_retry", "after_return")
 # a project's celery.py imports this module while Django loads its settings, before models.
 MAX_ATTEMPTS_LIMIT = 100
 
-# Stands for the parents' results when a canvas step's arguments are checked at enqueue.
-_PARENT_RESULTS = object()
-
 # Every task of this process by name, whichever app (or none) made it.
 _tasks: dict[str, Task] = {}
 
@@ -295,8 +292,11 @@ class Task:
         _check_call_options(options)
         args, kwargs = tuple(args or ()), dict(kwargs or {})
         # Celery's typing check: a call its function cannot take fails here, not in the worker.
-        received = () if parents is None else (_PARENT_RESULTS,)
-        self._signature.bind(*((self,) if self.bind else ()), *received, *args, **kwargs)
+        # Celery checks a chained task when the task before it sends it, so a task that takes
+        # its parents' results is checked by its run, as there (a chain past a failing task
+        # never gets that far).
+        if parents is None:
+            self._signature.bind(*((self,) if self.bind else ()), *args, **kwargs)
         now = timezone.now()
         payload: dict[str, Any] = {"args": normalize_json(list(args)), "kwargs": normalize_json(kwargs)}
         if parents is not None:
