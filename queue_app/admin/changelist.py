@@ -35,6 +35,8 @@ from django.contrib.admin.views.main import ORDER_VAR, ChangeList
 from django.db import DataError, transaction
 from django.http import Http404
 
+from queue_app.admin.pagination import count_agreeing_with
+
 # Raised by a lookup value only as its query is built or run: the values no check foresaw.
 QUERY_VALUE_ERRORS = (DataError, ValueError, OverflowError)
 
@@ -55,8 +57,29 @@ class SafeQueryChangeList(ChangeList):
         try:
             with transaction.atomic(using=self.queryset.db):
                 super().get_results(request)
+                self.count_what_is_shown()
         except QUERY_VALUE_ERRORS as error:
             raise IncorrectLookupParameters(error) from error
+
+    def count_what_is_shown(self) -> None:
+        """Read the rows now, and show no count that they contradict.
+
+        The count and the rows are two statements, each with its own snapshot: jobs that
+        changed status in between (a worker taking up a bulk retry) read as "1 result" over
+        2 rows, as a list of one page shows every row that matches by then, whatever the
+        count said. A page that holds fewer rows than it asked for holds the last ones, so the
+        count is what the pages hold; otherwise a lower count (an older snapshot, an estimate
+        stopped early) is raised to the rows seen so far.
+        """
+        # len() runs the page's query once: a queryset keeps its rows for the template (and
+        # stays a queryset, which list_editable's formset needs).
+        shown = len(self.result_list)
+        paginated = self.multi_page and not (self.show_all and self.can_show_all)
+        offset = (self.page_num - 1) * self.list_per_page if paginated else 0
+        # A page's slice ends at the count: only fewer rows than it asked for mean no more follow.
+        asked = min(self.list_per_page, self.result_count - offset) if paginated else None
+        complete = not paginated or 0 < shown < asked
+        self.result_count = count_agreeing_with(self.paginator, offset + shown, complete=complete)
 
 
 @functools.cache

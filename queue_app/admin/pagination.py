@@ -19,7 +19,14 @@ from django.utils.functional import cached_property
 
 from queue_app.engine.counts import EXACT_COUNT_LIMIT, capped_count, count_rows, estimated_count
 
-__all__ = ["EXACT_COUNT_LIMIT", "EstimatedCountPaginator", "capped_count", "count_rows", "estimated_count"]
+__all__ = [
+    "EXACT_COUNT_LIMIT",
+    "EstimatedCountPaginator",
+    "capped_count",
+    "count_agreeing_with",
+    "count_rows",
+    "estimated_count",
+]
 
 MAX_PAGES = 200
 
@@ -54,3 +61,15 @@ class EstimatedCountPaginator(Paginator):
     def is_truncated(self) -> bool:
         """More rows match than the pages reach."""
         return self.count > self.max_pages * self.per_page
+
+
+def count_agreeing_with(paginator: Paginator, seen: int, *, complete: bool) -> int:
+    """The paginator's count made to agree with ``seen`` rows read after it was taken:
+    exactly ``seen`` when ``complete`` (no matching row lies past them), else at least
+    ``seen``. An exact figure is no longer an estimate."""
+    count = seen if complete else max(paginator.count, seen)
+    paginator.count = count  # a cached_property: the instance's value replaces it
+    paginator.__dict__.pop("num_pages", None)
+    if isinstance(paginator, EstimatedCountPaginator):
+        paginator._counted = (count, paginator.is_estimate and not complete)
+    return count

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from queue_app.admin import JobAdmin
+from queue_app import services
+from queue_app.admin import JobAdmin, pagination
 from queue_app.admin.pagination import EstimatedCountPaginator, count_rows, estimated_count
 from queue_app.models import Job
 from tests.admin.conftest import changelist, make_job
@@ -83,3 +84,64 @@ def test_stale_statistics_do_not_overstate_what_an_index_counts(admin_client, mo
     Job.objects.filter(status="completed").delete()
     assert estimated_count(Job.objects.all()) == 12
     assert count_rows(Job.objects.all(), limit=5) == (4, False)
+
+
+def result_count(html: str) -> str:
+    return html.split('<span class="result-count">', 1)[1].split("</span>", 1)[0]
+
+
+def shown_rows(html: str) -> int:
+    return html.count('name="_selected_action"')
+
+
+def test_a_one_page_list_is_counted_by_its_rows_when_statistics_are_stale(admin_client, monkeypatch):
+    """A list of one page shows every row that matches: a count stopped early by stale
+    statistics ("about 6") must not stand over the 12 rows under it."""
+    analyze()  # statistics of an empty table
+    for _ in range(12):
+        make_job()
+    monkeypatch.setattr(EstimatedCountPaginator, "exact_count_limit", 5)
+    assert count_rows(Job.objects.filter(status="queued"), limit=5) == (6, True)
+    html = admin_client.get(changelist("status__exact=queued")).content.decode()
+    assert shown_rows(html) == 12
+    assert result_count(html) == "12 jobs"
+    assert "12 results" in html
+
+
+@pytest.fixture
+def between_count_and_rows(monkeypatch):
+    """Runs a change after the list's count and before its rows, as a worker settling jobs
+    does meanwhile: the two statements read different snapshots."""
+    changes = []
+
+    def count_then_change(queryset, limit):
+        counted = count_rows(queryset, limit)
+        for change in changes:
+            change()
+        return counted
+
+    monkeypatch.setattr(pagination, "count_rows", count_then_change)
+    return changes.append
+
+
+def test_a_count_taken_before_a_job_settled_never_reads_below_the_rows_shown(
+    admin_client, between_count_and_rows
+):
+    make_job("failed")
+    between_count_and_rows(lambda: make_job("failed"))
+    html = admin_client.get(changelist("status__exact=failed")).content.decode()
+    assert shown_rows(html) == 2
+    assert result_count(html) == "2 jobs"
+    assert "2 results" in html and "1 result" not in html
+
+
+def test_a_last_page_short_of_what_it_asked_for_makes_the_count_exact(
+    admin_client, monkeypatch, between_count_and_rows
+):
+    monkeypatch.setattr(JobAdmin, "list_per_page", 3)
+    jobs = [make_job("failed") for _ in range(5)]
+    # Counted 5 (page 2 asks for rows 4 and 5), then one is retried and leaves the list.
+    between_count_and_rows(lambda: services.retry_job(jobs[0].id))
+    html = admin_client.get(changelist("status__exact=failed&p=2")).content.decode()
+    assert shown_rows(html) == 1
+    assert result_count(html) == "4 jobs"

@@ -281,7 +281,7 @@ def test_a_signature_sends_its_task_with_its_arguments_and_options():
         (lambda: plain.delay(1, 2), TypeError, "too many positional arguments"),
         (lambda: bound.delay(), TypeError, "missing a required argument: 'x'"),
         (lambda: plain.delay(object()), TypeError, "Unsupported type"),
-        (lambda: plain.apply_async((1,), link=plain.s()), NotImplementedError, "workflows"),
+        (lambda: plain.apply_async((1,), link=plain.s()), NotImplementedError, "chain the next task"),
         (
             lambda: plain.apply_async((1,), task_id="mine"),
             NotImplementedError,
@@ -415,3 +415,44 @@ def test_a_beat_schedule_entry_moves_to_schedules_naming_the_task(task, issues):
     )
     assert (done.returncode == 0) is (issues == 0), done.stderr
     assert f"identified {issues or 'no'} issue" in done.stdout + done.stderr
+
+
+@db
+def test_a_canvas_is_one_workflow_whose_steps_name_the_results_they_take():
+    """Celery's canvas guide: a chained task gets its parent's result first, a task after a
+    group the group's results as a list, in order; an immutable one gets nothing."""
+    from queue_app.contrib.celery import chain, group
+    from queue_app.engine.workflows import dependency_ids
+
+    res = (plain.s() | group(plain.s(), plain.si(5)) | plain.s()).apply_async((1,))
+    last = Job.objects.get(id=res.id)
+    group_members = [Job.objects.get(id=member.id) for member in res.parent]
+    first = Job.objects.get(id=res.parent.parent.id)
+    assert first.payload == {"args": [1], "kwargs": {}}
+    assert [job.payload for job in group_members] == [
+        {"args": [], "kwargs": {}, "parents": 0},
+        {"args": [5], "kwargs": {}},  # immutable: waits, takes nothing
+    ]
+    assert all(dependency_ids(job.id) == [str(first.id)] for job in group_members)
+    assert last.payload["parents"] == [0, 1]
+    assert dependency_ids(last.id) == [str(job.id) for job in group_members]
+    assert {job.workflow_step.workflow_id for job in (first, last, *group_members)} == {
+        last.workflow_step.workflow_id
+    }
+    # All or nothing: a step the queue refuses leaves no step written.
+    with pytest.raises(NotImplementedError, match="countdown= on"):
+        chain(plain.s(1), plain.s().set(countdown=3)).delay()
+    assert Job.objects.count() == 4
+
+
+@db
+def test_a_canvas_sent_in_a_rolled_back_transaction_never_existed():
+    from django.db import transaction
+
+    from queue_app.contrib.celery import chord
+
+    with pytest.raises(RuntimeError), transaction.atomic():
+        chord([plain.s(1), plain.s(2)], plain.s()).delay()
+        assert Job.objects.count() == 3
+        raise RuntimeError("rolled back")
+    assert not Job.objects.exists()

@@ -1,16 +1,19 @@
 """Celery's own tutorials' task modules, unchanged but for their import, on real worker processes.
 
 "First Steps with Celery" (tasks.py: add) and "Next Steps" (proj/tasks.py: add, mul, xsum,
-sent with delay(), apply_async(queue=, countdown=), and signatures), each call and
-check as the tutorial makes it.
+sent with delay(), apply_async(queue=, countdown=), and its "Canvas: Designing Work-flows":
+signatures, partials, groups, chains and chords), each call and check as the tutorial
+makes it.
 """
 
+import re
 from datetime import timedelta
 from importlib import import_module
 
 import pytest
 
 from queue_app.contrib.celery import chain, chord, group
+from queue_app.contrib.celery.result import GroupResult
 from queue_app.models import Job, JobLog
 
 pytestmark = [
@@ -72,19 +75,77 @@ def test_next_steps_a_failing_task_reads_as_celerys_does():
     assert Job.objects.get(id=res.id).attempts == 1
 
 
-def test_next_steps_signatures_are_sent_and_the_canvas_says_it_is_not_here_yet():
-    from proj.tasks import add, mul, xsum
+def test_next_steps_signatures_and_partials():
+    """ "Canvas: Designing Work-flows", its signatures: ``add.signature((2, 2), countdown=10)``
+    (a shorter countdown), ``add.s(2, 2)``, ``s1.delay()``, the partial ``s2 = add.s(2)``
+    resolved by ``s2.delay(8)`` to add(8, 2), and an immutable ``add.si``."""
+    from proj.tasks import add
 
-    assert add.s(2, 2).delay().get(timeout=TIMEOUT) == 4
-    partial = add.s(2)
-    assert partial.delay(4).get(timeout=TIMEOUT) == 6
+    sig = add.signature((2, 2), countdown=1)
+    assert repr(sig) == "proj.tasks.add(2, 2)" and repr(add.s(2, 2)) == "proj.tasks.add(2, 2)"
+    s1 = add.s(2, 2)
+    res = s1.delay()
+    assert res.get(timeout=TIMEOUT) == 4
+    s2 = add.s(2)
+    res = s2.delay(8)
+    assert res.get(timeout=TIMEOUT) == 10
+    assert Job.objects.get(id=res.id).payload["args"] == [8, 2]
+    assert sig.delay().get(timeout=TIMEOUT) == 4
     assert add.si(3, 3).apply_async(args=(100,)).get(timeout=TIMEOUT) == 6  # immutable
-    for combine in (
-        lambda: chain(add.s(4, 4), mul.s(8)),
-        lambda: add.s(4, 4) | mul.s(8),
-        lambda: group(add.s(i, i) for i in range(10)),
-        lambda: chord((add.s(i, i) for i in range(10)), xsum.s()),
-        lambda: add.chunks(zip(range(100), range(100), strict=True), 10),
+
+
+def test_next_steps_groups():
+    """``group(add.s(i, i) for i in range(10))().get()`` and the partial group
+    ``g = group(add.s(i) for i in range(10)); g(10).get()``."""
+    from proj.tasks import add
+
+    assert group(add.s(i, i) for i in range(10))().get(timeout=TIMEOUT) == [0, 2, 4, 6, 8, 10, 12, 14, 16, 18]
+    g = group(add.s(i) for i in range(10))
+    assert g(10).get(timeout=TIMEOUT) == [10, 11, 12, 13, 14, 15, 16, 17, 18, 19]
+
+
+def test_next_steps_chains():
+    """``chain(add.s(4, 4) | mul.s(8))().get()`` is (4 + 4) * 8; the partial chain
+    ``g = chain(add.s(4) | mul.s(8)); g(4).get()``; and ``(add.s(4, 4) | mul.s(8))().get()``."""
+    from proj.tasks import add, mul
+
+    # (4 + 4) * 8
+    res = chain(add.s(4, 4) | mul.s(8))()
+    assert res.get(timeout=TIMEOUT) == 64
+    # mul.s(8) got add's result first: mul(8, 8), as Celery's partials take it.
+    assert Job.objects.get(id=res.id).payload["args"] == [8]
+    assert res.parent.get(timeout=TIMEOUT) == 8
+    # (? + 4) * 8
+    g = chain(add.s(4) | mul.s(8))
+    assert g(4).get(timeout=TIMEOUT) == 64
+    assert (add.s(4, 4) | mul.s(8))().get(timeout=TIMEOUT) == 64
+
+
+def test_next_steps_chords():
+    """``chord((add.s(i, i) for i in range(10)), xsum.s())().get()`` is 90, and so is a group
+    chained to a task, ``(group(add.s(i, i) for i in range(10)) | xsum.s())().get()``."""
+    from proj.tasks import add, xsum
+
+    res = chord((add.s(i, i) for i in range(10)), xsum.s())()
+    assert res.get(timeout=TIMEOUT) == 90
+    assert (group(add.s(i, i) for i in range(10)) | xsum.s())().get(timeout=TIMEOUT) == 90
+    # The header's results reached the callback as one list, in group order.
+    header = res.parent
+    assert isinstance(header, GroupResult) and header.get(timeout=TIMEOUT) == [i + i for i in range(10)]
+
+
+def test_what_the_queue_cannot_map_is_refused_with_its_shape_named():
+    from proj.tasks import add, mul
+
+    for combine, message in (
+        (lambda: add.chunks(zip(range(100), range(100), strict=True), 10), "chunks()"),
+        (lambda: add.map([1, 2]), "map()"),
+        (lambda: add.s(1).link(mul.s(2)), "link()"),
+        (lambda: (add.s(1, 1) | mul.s(2)).on_error(add.s(0)), "link_error()"),
+        (lambda: add.s(1, 1).freeze(), "freeze()"),
+        (lambda: chain(add.s(1, 1), mul.s(2).set(countdown=5)).delay(), "countdown= on proj.tasks.mul(2)"),
+        (lambda: chain(add.s(1, 1), add).delay(), "must be a signature: add.s"),
     ):
-        with pytest.raises(NotImplementedError, match="workflows"):
+        with pytest.raises((NotImplementedError, TypeError), match=re.escape(message)):
             combine()
+    assert not Job.objects.filter(type__startswith="proj.tasks.").exists()

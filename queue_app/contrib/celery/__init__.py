@@ -3,18 +3,20 @@
     from celery import shared_task                -> from queue_app.contrib.celery import shared_task
     from celery import Celery                     -> from queue_app.contrib.celery import Celery
     from celery.result import AsyncResult         -> from queue_app.contrib.celery.result import AsyncResult
+    from celery.result import GroupResult         -> from queue_app.contrib.celery.result import GroupResult
     from celery.exceptions import ...             -> from queue_app.contrib.celery.exceptions import ...
     from celery.utils.log import get_task_logger  -> from queue_app.contrib.celery.utils.log import ...
 
-Tasks are job handlers (task.py), results are job rows (result.py). Add
+Tasks are job handlers (task.py), results are job rows (result.py), chains, groups and
+chords are workflows (canvas.py). Add
 ``"queue_app.contrib.celery"`` to INSTALLED_APPS so workers import the task
-modules (apps.py). docs/how-to/move-from-celery.md maps every option.
+modules (apps.py). docs/how-to/from-celery.md maps every option.
 """
 
 from queue_app.contrib.celery import states
 from queue_app.contrib.celery.app import Celery, current_app
 from queue_app.contrib.celery.canvas import Signature, chain, chord, chunks, group, signature, xmap, xstarmap
-from queue_app.contrib.celery.result import AsyncResult
+from queue_app.contrib.celery.result import AsyncResult, GroupResult
 from queue_app.contrib.celery.task import Task
 
 
@@ -28,6 +30,7 @@ def shared_task(*args, **options):
 __all__ = [
     "AsyncResult",
     "Celery",
+    "GroupResult",
     "Signature",
     "Task",
     "chain",

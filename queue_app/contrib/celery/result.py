@@ -1,10 +1,14 @@
-"""``AsyncResult``: a task's state and outcome, read from its job row (no result backend).
+"""``AsyncResult``: a task's state and outcome, read from its job row (no result backend);
+``GroupResult``: a group's, in the group's order.
 
 States: ``PENDING`` (queued, never run; also an id no job has, as in Celery),
 ``RETRY`` (queued again after a failed attempt), ``STARTED`` (running; Celery says
 so only with ``track_started``), ``SUCCESS``, ``FAILURE``, ``REVOKED`` (cancelled,
 or expired before it started). A failure's ``result`` is its exception rebuilt from
 the class and message the worker recorded, as django.tasks' ``TaskError`` loads it.
+
+A canvas step cancelled because a task before it failed reads REVOKED, and its ``get()``
+raises what that task raised, as Celery's ``get()`` re-raises a parent's error.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ if TYPE_CHECKING:
     from queue_app.contrib.celery.app import Celery
 
 _COLUMNS = (
+    "id",
     "type",
     "status",
     "attempts",
@@ -31,12 +36,21 @@ _COLUMNS = (
     "completed_at",
 )
 _REVOKED_CLASS = f"{TaskRevokedError.__module__}.{TaskRevokedError.__qualname__}"
+_DEPENDENCY_FAILED_CLASS = "queue_app.exceptions.DependencyFailed"
 
 
 class AsyncResult:
-    def __init__(self, id: str, app: Celery | None = None, **ignored: Any) -> None:
+    def __init__(
+        self,
+        id: str,
+        app: Celery | None = None,
+        parent: AsyncResult | GroupResult | None = None,
+        **ignored: Any,
+    ) -> None:
         self.id = str(id)
         self.app = app
+        # In a chain, the result of the task (or group) before this one.
+        self.parent = parent
 
     @property
     def task_id(self) -> str:
@@ -137,6 +151,76 @@ class AsyncResult:
         return f"<AsyncResult: {self.id}>"
 
 
+class GroupResult:
+    """The results of a group's tasks, in the group's order (a member may be a GroupResult
+    itself: a chain in the group that ends in a group). ``id`` is the workflow's."""
+
+    def __init__(
+        self,
+        id: str | None = None,
+        results: list[AsyncResult | GroupResult] | None = None,
+        parent: AsyncResult | GroupResult | None = None,
+        app: Celery | None = None,
+        **ignored: Any,
+    ) -> None:
+        self.id = None if id is None else str(id)
+        self.results = list(results or [])
+        self.parent = parent
+        self.app = app
+
+    @property
+    def children(self) -> list[AsyncResult | GroupResult]:
+        return self.results
+
+    def get(
+        self, timeout: float | None = None, propagate: bool = True, interval: float = 0.5, **ignored: Any
+    ) -> list[Any]:
+        """Every member's outcome, in order, within ``timeout`` seconds in all; with
+        ``propagate``, the first failed member's exception (in group order) is raised."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        outcomes = []
+        for result in self.results:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            outcomes.append(result.get(timeout=left, propagate=propagate, interval=interval))
+        return outcomes
+
+    join = get
+
+    def ready(self) -> bool:
+        return all(result.ready() for result in self.results)
+
+    def successful(self) -> bool:
+        return all(result.successful() for result in self.results)
+
+    def failed(self) -> bool:
+        return any(result.failed() for result in self.results)
+
+    def waiting(self) -> bool:
+        return not self.ready()
+
+    def completed_count(self) -> int:
+        return sum(result.successful() for result in self.results)
+
+    def revoke(self, terminate: bool = False, signal: Any = None, **ignored: Any) -> None:
+        for result in self.results:
+            result.revoke(terminate=terminate, signal=signal)
+
+    def __iter__(self):
+        return iter(self.results)
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def __getitem__(self, index: int) -> AsyncResult | GroupResult:
+        return self.results[index]
+
+    def __repr__(self) -> str:
+        return f"<GroupResult: {self.id} [{', '.join(str(result) for result in self.results)}]>"
+
+    def __str__(self) -> str:
+        return str(self.id)
+
+
 def _state(job: dict[str, Any] | None) -> str:
     if job is None:
         return states.PENDING
@@ -157,11 +241,29 @@ def _outcome(job: dict[str, Any] | None) -> Any:
     state = _state(job)
     if state == states.SUCCESS:
         return job["result"]
+    if state == states.REVOKED and job["last_error_class"] == _DEPENDENCY_FAILED_CLASS:
+        culprit = _culprit(job)
+        if culprit is not None and culprit["last_error_class"] != _DEPENDENCY_FAILED_CLASS:
+            return _outcome(culprit)
     if state == states.REVOKED:
         return TaskRevokedError(_message(job["last_error"], _REVOKED_CLASS) or job["status"])
     if state in (states.FAILURE, states.RETRY):
         return _exception(job["last_error_class"], job["last_error"])
     return None
+
+
+def _culprit(job: dict[str, Any]) -> dict[str, Any] | None:
+    """The job whose failure (or cancel) cancelled ``job`` and the steps after it, first of all."""
+    from queue_app.models import Job, JobWait
+
+    seen = {job["id"]}
+    while job is not None and job["last_error_class"] == _DEPENDENCY_FAILED_CLASS:
+        blocked_by = JobWait.objects.filter(job_id=job["id"]).values_list("blocked_by", flat=True).first()
+        if blocked_by is None or blocked_by in seen:
+            break  # retried meanwhile: the job itself is all there is to tell
+        seen.add(blocked_by)
+        job = Job.objects.filter(id=blocked_by).values(*_COLUMNS).first()
+    return job
 
 
 def _message(summary: str, class_path: str) -> str:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from queue_app.contrib.celery.app import Celery
     from queue_app.contrib.celery.canvas import Signature
     from queue_app.contrib.celery.result import AsyncResult
+    from queue_app.engine.enqueue import JobRequest
 
 # Options Celery accepts that change nothing here: results are always kept (JSON), claims
 # are leases (a dead worker's job runs again, as acks_late + reject_on_worker_lost), and a
@@ -205,6 +206,10 @@ class Task:
         if expires is not None and timezone.now() >= datetime.fromisoformat(expires):
             raise TaskRevokedError(f"expired at {expires}")
         args, kwargs = tuple(payload.get("args", ())), dict(payload.get("kwargs", {}))
+        if "parents" in payload:
+            # A step of a canvas: its parents' results come first, as Celery's partials take them.
+            results = list(job.parent_results().values())
+            args = (_arranged(payload["parents"], results), *args)
         request = Request(
             id=job.id,
             retries=job.attempt - 1,
@@ -248,24 +253,54 @@ class Task:
         self,
         args: tuple | list | None = None,
         kwargs: dict[str, Any] | None = None,
-        *,
-        countdown: float | None = None,
-        eta: datetime | None = None,
-        expires: float | datetime | None = None,
-        queue: str | None = None,
-        priority: int | None = None,
         **options: Any,
     ) -> AsyncResult:
         """Enqueue a job for this task, in the caller's transaction (rolled back, it never existed)."""
         from queue_app.contrib.celery.result import AsyncResult
         from queue_app.services import enqueue_job
 
+        if "parents" in options:  # for canvas steps only
+            raise TypeError("apply_async() got an unexpected option 'parents'")
+        request = self.job_request(args, kwargs, **options)
+        job = enqueue_job(
+            request.type,
+            request.payload,
+            priority=request.priority,
+            queue=request.queue,
+            run_at=request.run_at,
+        )
+        return AsyncResult(str(job.id), app=self.app)
+
+    def job_request(
+        self,
+        args: tuple | list | None = None,
+        kwargs: dict[str, Any] | None = None,
+        *,
+        countdown: float | None = None,
+        eta: datetime | None = None,
+        expires: float | datetime | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        parents: int | list | None = None,
+        **options: Any,
+    ) -> JobRequest:
+        """The job a call with these arguments and options enqueues, checked before anything is
+        written. ``parents`` (a canvas step, canvas.py): which of its parents' results the task
+        takes as its first argument, by position, nested as the canvas nests them."""
+        from queue_app.engine.enqueue import JobRequest
+
         _check_call_options(options)
         args, kwargs = tuple(args or ()), dict(kwargs or {})
         # Celery's typing check: a call its function cannot take fails here, not in the worker.
-        self._signature.bind(*((self,) if self.bind else ()), *args, **kwargs)
+        # Celery checks a chained task when the task before it sends it, so a task that takes
+        # its parents' results is checked by its run, as there (a chain past a failing task
+        # never gets that far).
+        if parents is None:
+            self._signature.bind(*((self,) if self.bind else ()), *args, **kwargs)
         now = timezone.now()
         payload: dict[str, Any] = {"args": normalize_json(list(args)), "kwargs": normalize_json(kwargs)}
+        if parents is not None:
+            payload["parents"] = parents
         expires = self.expires if expires is None else expires
         if expires is not None:
             payload["expires"] = _moment(expires, now, "expires").isoformat()
@@ -273,16 +308,15 @@ class Task:
             raise NotImplementedError(
                 "task_always_eager: tasks run in a worker; call the task directly instead"
             )
-        job = enqueue_job(
-            self.name,
-            payload,
+        return JobRequest(
+            type=self.name,
+            payload=payload,
             # Celery's "no priority" is the queue's middle one (0, "medium").
             priority=next((value for value in (priority, self.priority) if value is not None), 0),
             queue=queue or self.queue or _default_queue(self.app),
             # Celery's countdown wins over eta when both are given.
             run_at=_moment(countdown, now, "countdown") if countdown is not None else _start(eta),
         )
-        return AsyncResult(str(job.id), app=self.app)
 
     def retry(
         self,
@@ -344,19 +378,19 @@ class Task:
         return self.signature(args, kwargs, immutable=True)
 
     def map(self, it) -> Any:
-        from queue_app.contrib.celery.canvas import not_yet
+        from queue_app.contrib.celery.canvas import xmap
 
-        not_yet("map")
+        return xmap(self, it)
 
     def starmap(self, it) -> Any:
-        from queue_app.contrib.celery.canvas import not_yet
+        from queue_app.contrib.celery.canvas import xstarmap
 
-        not_yet("starmap")
+        return xstarmap(self, it)
 
     def chunks(self, it, n: int) -> Any:
-        from queue_app.contrib.celery.canvas import not_yet
+        from queue_app.contrib.celery.canvas import chunks
 
-        not_yet("chunks")
+        return chunks(self, it, n)
 
     def apply(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("apply(): call the task directly to run it here, add(2, 2)")
@@ -390,15 +424,15 @@ IGNORED_CALL_OPTIONS = frozenset(
     }
 )
 UNSUPPORTED_CALL_OPTIONS = {
-    "link": "callbacks arrive with the queue's workflows; enqueue the next task from this one",
-    "link_error": "callbacks arrive with the queue's workflows; handle the error in the task",
+    "link": "chain the next task instead: (task.s(...) | callback.s()).apply_async()",
+    "link_error": "a failed task cancels the tasks chained after it; handle the error in the task",
     "task_id": "the queue makes each job's id (time-ordered UUIDs)",
     "exchange": "routing is by queue name here: pass queue=",
     "routing_key": "routing is by queue name here: pass queue=",
     "time_limit": "time limits are per task here: @shared_task(time_limit=...)",
     "soft_time_limit": "time limits are per task here: @shared_task(soft_time_limit=...)",
     "shadow": "a job is listed under its task's name",
-    "chain": "chains arrive with the queue's workflows",
+    "chain": "build the chain with chain() or |",
     "connection": "sending is a database write in the caller's transaction, over no broker connection",
     "producer": "sending is a database write in the caller's transaction, over no broker connection",
     "publisher": "sending is a database write in the caller's transaction, over no broker connection",
@@ -413,6 +447,13 @@ def _check_call_options(options: dict[str, Any]) -> None:
             raise ValueError(f"serializer {options[key]!r}: payloads are JSON here")
         if key not in IGNORED_CALL_OPTIONS:
             raise TypeError(f"apply_async() got an unexpected option {key!r}")
+
+
+def _arranged(positions: int | list, results: list[Any]) -> Any:
+    """The parents' results as the step takes them: one result, or a list (nested as groups nest)."""
+    if isinstance(positions, list):
+        return [_arranged(position, results) for position in positions]
+    return results[positions]
 
 
 def _default_name(func: Callable[..., Any], app: Celery | None) -> str:

@@ -13,7 +13,7 @@ from tests.settings import INSTALLED_APPS
 
 INSTALLED_APPS = [*INSTALLED_APPS, "queue_app.contrib.celery", "tests.celery_compat.shop"]
 
-CELERY_IMPORTS = ["tasks", "proj.celery"]
+CELERY_IMPORTS = ["tasks", "proj.celery", "tests.celery_compat.canvas_tasks"]
 # Read through app.config_from_object(..., namespace="CELERY"); changes nothing here.
 CELERY_BROKER_URL = "redis://localhost:6379/0"
 CELERY_TASK_DEFAULT_QUEUE = "default"
