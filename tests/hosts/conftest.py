@@ -55,6 +55,8 @@ def network():
 @pytest.fixture
 def stores(network, run_folder):
     """PostgreSQL and Redis in the host "stores", one address each."""
+    if shutil.which("runuser") is None:
+        pytest.skip("needs runuser (util-linux) to start PostgreSQL as its own user inside a namespace")
     servers = Stores(network.add_host("stores", addresses=2), run_folder)
     try:
         servers.start()
