@@ -1,13 +1,15 @@
-"""The heartbeat thread: keeps a worker's leases, and its side-work off the job's way.
+"""The heartbeat: keeps a worker's leases, and its side-work off the job's way.
 
-Every ``HEARTBEAT_SECONDS`` it extends the leases of the attempts the process
-holds (on its own database connection) and learns which were asked to cancel or
-lost to a rescue; each of those is told to stop. Every ``TICK_SECONDS`` it does
-what must not wait for a long job: acknowledging popped ids, releasing the
-unstarted rest of a batch, the queues' maintenance when this process leads it
-(maintenance.py), interrupting again an attempt that was asked to stop and has
-not yet, and settling what a previous process of this worker's name left behind
-once its leases run out.
+Two threads, so that a store that hangs for one cannot cost the other. The lease
+thread (``Heartbeat``) extends, every ``HEARTBEAT_SECONDS``, the leases of the
+attempts the process holds (on its own database connection, PostgreSQL only) and
+learns which were asked to cancel or lost to a rescue; each of those is told to
+stop, and told again while its handler runs on. The upkeep thread (``Upkeep``)
+does, every ``TICK_SECONDS``, what must not wait for a long job and needs Redis:
+acknowledging popped ids, releasing the unstarted rest of a batch, the queues'
+maintenance when this process leads it (maintenance.py). A Redis that stops
+answering (a partition, a socket timeout of 30 s) stalls only the upkeep: the
+leases go on being extended, so no running job is rescued and run again for it.
 """
 
 from __future__ import annotations
@@ -38,25 +40,23 @@ TICK_SECONDS = 0.1
 REINTERRUPT_SECONDS = 1.0
 
 
-class Heartbeat(threading.Thread):
+class Upkeep(threading.Thread):
+    """The side-work that needs Redis (see the module's docstring), every TICK_SECONDS."""
+
     def __init__(self, worker: Worker) -> None:
-        super().__init__(name=f"heartbeat {worker.worker_id}", daemon=True)
+        super().__init__(name=f"upkeep {worker.worker_id}", daemon=True)
         self.worker = worker
-        self.holdings = worker.holdings
-        self.interval = queue_settings().HEARTBEAT_SECONDS
         self.maintenance = Maintenance(worker.queues, holder=worker.worker_id)
         self._stopped = threading.Event()
 
     def run(self) -> None:
-        next_beat = time.monotonic() + self.interval
         try:
             while not self._stopped.wait(TICK_SECONDS):
-                self._interrupt_again()
                 try:
                     self.worker.producer.acknowledge_overdue()
                     self.worker.release_batch()
                 except OutageGuard.errors as exc:
-                    # What was not handed back keeps its lease; the heartbeat below stops
+                    # What was not handed back keeps its lease; the heartbeat stops
                     # extending nothing it no longer holds, and the fence absorbs the rest.
                     log.warning("release_failed", worker=self.worker.worker_id, error=str(exc)[:300])
                     connection.close()
@@ -68,11 +68,40 @@ class Heartbeat(threading.Thread):
                     # itself); maintenance leases not renewed lapse to another candidate.
                     log.debug("upkeep_failed", worker=self.worker.worker_id, error=str(exc)[:300])
                     connection.close()
+        finally:
+            self.maintenance.resign()
+            connection.close()
+
+    def stop(self, timeout: float) -> None:
+        self._stopped.set()
+        if self.is_alive():
+            self.join(timeout=timeout)
+
+
+class Heartbeat(threading.Thread):
+    """The leases (see the module's docstring); starts and stops the upkeep thread with it."""
+
+    def __init__(self, worker: Worker) -> None:
+        super().__init__(name=f"heartbeat {worker.worker_id}", daemon=True)
+        self.worker = worker
+        self.holdings = worker.holdings
+        self.interval = queue_settings().HEARTBEAT_SECONDS
+        self.upkeep = Upkeep(worker)
+        self._stopped = threading.Event()
+
+    def start(self) -> None:
+        super().start()
+        self.upkeep.start()
+
+    def run(self) -> None:
+        next_beat = time.monotonic() + self.interval
+        try:
+            while not self._stopped.wait(TICK_SECONDS):
+                self._interrupt_again()
                 if time.monotonic() >= next_beat:
                     next_beat = time.monotonic() + self.interval
                     self.beat()
         finally:
-            self.maintenance.resign()
             connection.close()
 
     def _interrupt_again(self) -> None:
@@ -112,5 +141,6 @@ class Heartbeat(threading.Thread):
 
     def stop(self) -> None:
         self._stopped.set()
+        self.upkeep.stop(timeout=self.interval + 5)
         if self.is_alive():
             self.join(timeout=self.interval + 5)

@@ -108,6 +108,37 @@ def test_worker_rides_out_a_redis_outage(redis_link, children):
     )
 
 
+def test_a_worker_whose_redis_stops_answering_keeps_extending_its_leases(redis_link, children):
+    """A partition from Redis alone (requests unanswered until the socket times out, 30 s)
+    stalls the worker's Redis upkeep, never its leases: with a lease of 2 s, a heartbeat
+    waiting behind the upkeep would let the running job's lease lapse and have it rescued
+    and run again, for an outage PostgreSQL never saw."""
+    worker, events = start(
+        "runworker",
+        REDIS_URL=redis_via(child_env()["REDIS_URL"], redis_link),
+        JOBQUEUE_LEASE_SECONDS="2",
+        JOBQUEUE_HEARTBEAT_SECONDS="0.5",
+    )
+    children.append(worker)
+    wait_until(lambda: events.named("worker_started"), message="worker to start")
+    job = enqueue_job("demo.sleep", {"seconds": 7})
+    wait_until(
+        lambda: Job.objects.get(id=job.id).status == "processing", timeout=30, message="the job to start"
+    )
+    fence = Job.objects.get(id=job.id).fence
+    redis_link.freeze()
+    try:
+        for _ in range(8):  # two lease lengths
+            time.sleep(0.5)
+            running = Job.objects.get(id=job.id)
+            assert running.status == "processing" and running.fence == fence
+            assert running.lease_expires_at > timezone.now() + timedelta(seconds=0.5), "lease not extended"
+    finally:
+        redis_link.thaw()
+    wait_until(lambda: Job.objects.get(id=job.id).status == "completed", timeout=30, message="the job to end")
+    assert Job.objects.get(id=job.id).attempts == 1
+
+
 def test_completion_written_while_postgres_is_down_is_kept_and_written_later(postgres_link, children):
     job = enqueue_job("demo.sleep", {"seconds": 2})
     relay_all()

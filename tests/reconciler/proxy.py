@@ -24,6 +24,8 @@ class TcpProxy:
 
     ``stop()`` closes the listener and every open connection, so clients see
     both a reset of their current connection and refused new ones: an outage.
+    ``freeze()`` keeps every connection open but carries no byte until ``thaw()``:
+    a partition, where requests go unanswered instead of failing.
     """
 
     def __init__(self, target: tuple[str, int]) -> None:
@@ -32,6 +34,14 @@ class TcpProxy:
         self._listener: socket.socket | None = None
         self._sockets: set[socket.socket] = set()
         self._lock = threading.Lock()
+        self._flowing = threading.Event()
+        self._flowing.set()
+
+    def freeze(self) -> None:
+        self._flowing.clear()
+
+    def thaw(self) -> None:
+        self._flowing.set()
 
     def start(self) -> None:
         listener = socket.socket()
@@ -80,6 +90,7 @@ class TcpProxy:
     def _pump(self, source: socket.socket, sink: socket.socket) -> None:
         try:
             while data := source.recv(65536):
+                self._flowing.wait()
                 sink.sendall(data)
         except OSError:
             pass
