@@ -85,11 +85,6 @@ _EXPIRE_PARAMS = {
 }
 
 
-def claim_jobs(ids: Sequence[str], *, worker_id: str) -> list[ClaimedJob]:
-    """Compare-and-set claim of popped ids in one statement; others are logged and dropped."""
-    return claim(ids, worker_id=worker_id).jobs
-
-
 @tracing.traced("jobqueue.claim")
 def claim(
     ids: Sequence[str],
