@@ -12,7 +12,7 @@ from django.utils.safestring import mark_safe
 from queue_app.admin.changelist import DeclaredLookupsOnly
 from queue_app.admin.display import short_id
 from queue_app.admin.pagination import EstimatedCountPaginator
-from queue_app.engine import workflows
+from queue_app.engine import batches, workflows
 from queue_app.ids import parse_job_id
 from queue_app.models import Batch, Workflow
 from queue_app.states import Status
@@ -237,7 +237,7 @@ class BatchAdmin(ReadOnlyAdmin):
 
     @admin.display(description="members")
     def counts(self, batch: Batch) -> str:
-        counts = workflows.batch_counts(batch)
+        counts = batches.batch_counts(batch)
         shown = ["total", "pending", "completed", "failed", "cancelled"]
         return format_html_join(
             mark_safe("<br>"),

@@ -19,7 +19,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.reverse import reverse
 
-from queue_app.engine.enqueue import MAX_EXPIRES_IN, PRIORITY_RULE, resolved_priority
+from queue_app.engine.job_requests import MAX_EXPIRES_IN, PRIORITY_RULE, resolved_priority
 from queue_app.engine.uniqueness import MAX_UNIQUE_FOR_SECONDS, MAX_UNIQUE_KEY_LENGTH
 from queue_app.exceptions import InvalidJob, UnknownJobType
 from queue_app.handlers import get_handler

@@ -25,7 +25,7 @@ from queue_app.contrib.celery.exceptions import (
     TimeoutError,
 )
 from queue_app.contrib.celery.task import MAX_ATTEMPTS_LIMIT, CeleryBackoff
-from queue_app.engine import enqueue, execution
+from queue_app.engine import execution, job_requests
 from queue_app.engine.execution import ClaimedJob
 from queue_app.exceptions import InvalidJob, JobTimeLimitExceeded, RetryAfter
 from queue_app.handlers import get_handler
@@ -107,7 +107,7 @@ def test_a_task_registers_an_internal_handler_named_as_celery_names_it():
 
 def test_task_options_become_the_handlers_options():
     spec = get_handler("api.options")
-    assert spec.max_attempts == MAX_ATTEMPTS_LIMIT == enqueue.MAX_ATTEMPTS_LIMIT  # max_retries=None
+    assert spec.max_attempts == MAX_ATTEMPTS_LIMIT == job_requests.MAX_ATTEMPTS_LIMIT  # max_retries=None
     assert spec.time_limit == 4  # the soft limit; the hard one is the queue's grace later
     assert spec.retry_on == (ConnectionError,)
     assert ConnectionRefusedError in spec.give_up_on and MaxRetriesExceededError in spec.give_up_on
