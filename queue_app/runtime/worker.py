@@ -15,6 +15,10 @@
 An attempt asked to stop (cancel requested, lease lost) is interrupted with an
 ``AttemptStopped`` exception, which ``except Exception`` cannot swallow, and
 again every second while it runs on.
+
+Over 500 lines on purpose: the signal handlers, the loop and the shutdown share the
+state of the process's main thread (its attempt, deadlines, stop request), which only
+this class changes; every room the loop calls lives in a module of its own.
 """
 
 from __future__ import annotations
