@@ -317,12 +317,6 @@ JOBQUEUE = {
 # production, where any API user could submit them.
 DEMO_JOB_TYPES = _env_bool("DEMO_JOB_TYPES", DEBUG)
 
-# Fault injection for tests and the chaos run only: JOBSITE_FAILPOINTS arms named
-# points (queue_app/runtime/failpoints.py). Unset, no handler is installed and the
-# fault points in the code are a check of None.
-FAILPOINTS = os.environ.get("JOBSITE_FAILPOINTS", "")
-FAULT_POINT_HANDLER = "queue_app.runtime.failpoints.hit" if FAILPOINTS else ""
-
 LOG_FORMAT = os.environ.get("LOG_FORMAT", "console" if sys.stderr.isatty() else "json")
 LOG_LEVEL = (os.environ.get("LOG_LEVEL") or "INFO").upper()
 if LOG_LEVEL not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from functools import cache
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
+from django.utils.module_loading import import_string
 
 
 @dataclass(frozen=True)
@@ -200,8 +202,8 @@ PROJECT_SETTING_DEFAULTS: dict[str, Any] = {
     "WEB_TIMEOUT": 30,
     "WEB_KEEPALIVE": 5,
     "WEB_GRACEFUL_TIMEOUT": 30,
-    # Fault injection for tests and the chaos run only (queue_app/runtime/failpoints.py).
-    "FAILPOINTS": "",
+    # The dotted path of a callable the relay and the worker call with the name of each fault
+    # point they pass; "" = none. Only the test settings name one (tests/fault_points.py).
     "FAULT_POINT_HANDLER": "",
 }
 
@@ -212,6 +214,13 @@ def project_setting(name: str) -> Any:
         # demo.echo / demo.sleep / demo.fail: for trying the system, on with DEBUG by default.
         return getattr(settings, name, settings.DEBUG)
     return getattr(settings, name, PROJECT_SETTING_DEFAULTS[name])
+
+
+def fault_point_handler() -> Callable[[str], None] | None:
+    """The handler the test settings install for named fault points; None in production, where
+    a fault point costs a check of None and the handler's module is not even in the wheel."""
+    path = project_setting("FAULT_POINT_HANDLER")
+    return import_string(path) if path else None
 
 
 _RATE_PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}

@@ -20,6 +20,7 @@ from queue_app.engine.actions import (
     retry_job,
     retry_jobs,
 )
+from queue_app.engine.batches import batch_counts, enqueue_batch
 from queue_app.engine.controls import (
     QueueControls,
     pause_queue,
@@ -27,21 +28,18 @@ from queue_app.engine.controls import (
     resume_queue,
     set_queue_limits,
 )
-from queue_app.engine.enqueue import (
+from queue_app.engine.enqueue import enqueue_job, enqueue_jobs
+from queue_app.engine.job_requests import (
     LATEST_RUN_AT,
     MAX_ATTEMPTS_LIMIT,
     JobRequest,
     check_run_at,
-    enqueue_job,
-    enqueue_jobs,
     validate_jobs,
 )
 from queue_app.engine.workflows import (
-    batch_counts,
     cancel_workflow,
     chain,
     chord,
-    enqueue_batch,
     enqueue_workflow,
     group,
     retry_workflow,

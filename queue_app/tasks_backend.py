@@ -50,7 +50,7 @@ from queue_app.states import TASK_JOB_TYPE, Status
 
 # Django's API has no retries: one attempt unless OPTIONS or @task(max_attempts=...) asks.
 DEFAULT_MAX_ATTEMPTS = 1
-# Same bound as the engine's (queue_app.engine.enqueue.MAX_ATTEMPTS_LIMIT).
+# Same bound as the engine's (queue_app.engine.job_requests.MAX_ATTEMPTS_LIMIT).
 MAX_ATTEMPTS_LIMIT = 100
 OPTION_KEYS = {"MAX_ATTEMPTS"}
 CANCELLED_ERROR_CLASS = "queue_app.exceptions.JobCancelled"
@@ -297,7 +297,7 @@ def _check_unique_options(task: Task) -> None:
 
 def _check_job_options(task: Task) -> None:
     """The enqueue's own rules for expires_in and concurrency_key, as Django's InvalidTask."""
-    from queue_app.engine.enqueue import JobRequest, check_job_options
+    from queue_app.engine.job_requests import JobRequest, check_job_options
 
     try:
         check_job_options(

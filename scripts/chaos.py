@@ -20,6 +20,10 @@ DATABASE_URL / REDIS_URL (or the embedded servers) with a fresh database and
 Redis db ``--redis-db``, and leaves the restart faults out. The run folder
 (logs of every process, the fault log, the execution journal, the report) is
 kept when an invariant fails or with ``--keep``.
+
+Over 500 lines on purpose: the run's phases, in the order they run, read top to
+bottom here; the machinery of each (processes, faults, stores, clients,
+invariants, the report) is in chaoslib/.
 """
 
 from __future__ import annotations

@@ -9,18 +9,26 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from urllib.parse import quote
 
 from django.conf import settings
 from django.db import connection
 
+from queue_app.engine import execution
+from queue_app.engine.execution import ClaimedJob
 from queue_app.models import OutboxMessage
 from queue_app.runtime.relay import Relay
 from queue_app.runtime.worker import Worker
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def claim_jobs(ids: Sequence[str], *, worker_id: str) -> list[ClaimedJob]:
+    """The jobs a worker's claim of ``ids`` takes (compare-and-set, queue controls honoured),
+    without a worker around it; the ids it passes over are logged and dropped."""
+    return execution.claim(ids, worker_id=worker_id).jobs
 
 
 def relay_all() -> int:

@@ -34,3 +34,8 @@ DEMO_JOB_TYPES = True
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # Where probe handlers journal their executions (tests/probe/journal.py); empty = off.
 PROBE_JOURNAL_DIR = os.environ.get("PROBE_JOURNAL_DIR", "")
+# Fault injection, for fault-injection tests and the chaos run (which runs on these settings):
+# JOBSITE_FAILPOINTS arms named points (tests/fault_points.py). Unset, no handler is installed
+# and a fault point in the relay or the worker is a check of None, as in production.
+FAILPOINTS = os.environ.get("JOBSITE_FAILPOINTS", "")
+FAULT_POINT_HANDLER = "tests.fault_points.hit" if FAILPOINTS else ""

@@ -14,6 +14,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from queue_app.admin.changelist import DeclaredLookupsOnly
+from queue_app.admin.display import link_to_job
 from queue_app.engine.scheduling import ensure_schedule_states, resume_schedules
 from queue_app.engine.selectors import database_now
 from queue_app.models import ScheduleState
@@ -85,8 +86,6 @@ class ScheduleStateAdmin(DeclaredLookupsOnly, admin.ModelAdmin):
 
     @admin.display(description="last job")
     def last_job_link(self, state: ScheduleState) -> str:
-        from queue_app.admin import link_to_job
-
         return link_to_job(state.last_job_id) if state.last_job_id else "-"
 
     @admin.action(description="Pause selected schedules", permissions=["change"])

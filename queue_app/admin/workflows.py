@@ -11,8 +11,9 @@ from django.utils.safestring import mark_safe
 
 from queue_app.admin.changelist import DeclaredLookupsOnly
 from queue_app.admin.display import short_id
+from queue_app.admin.history import ReadableByJobViewers
 from queue_app.admin.pagination import EstimatedCountPaginator
-from queue_app.engine import workflows
+from queue_app.engine import batches, workflows
 from queue_app.ids import parse_job_id
 from queue_app.models import Batch, Workflow
 from queue_app.states import Status
@@ -163,25 +164,13 @@ def _jobs_link(parameter: str, value, text: str) -> str:
     )
 
 
-class ReadOnlyAdmin(DeclaredLookupsOnly, admin.ModelAdmin):
+class ReadOnlyAdmin(ReadableByJobViewers, DeclaredLookupsOnly, admin.ModelAdmin):
     paginator = EstimatedCountPaginator
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     list_per_page = 100
     ordering = ("-created_at",)
     sortable_by = ()
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_view_permission(self, request, obj=None) -> bool:
-        return request.user.has_perm("queue_app.view_job") or request.user.has_perm("queue_app.change_job")
 
     class Media:
         css = {"all": ("queue_app/admin.css",)}
@@ -237,7 +226,7 @@ class BatchAdmin(ReadOnlyAdmin):
 
     @admin.display(description="members")
     def counts(self, batch: Batch) -> str:
-        counts = workflows.batch_counts(batch)
+        counts = batches.batch_counts(batch)
         shown = ["total", "pending", "completed", "failed", "cancelled"]
         return format_html_join(
             mark_safe("<br>"),

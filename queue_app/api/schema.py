@@ -41,7 +41,7 @@ def extend_schema(**options: Any) -> Callable:
 class JobTypeFieldExtension(OpenApiSerializerFieldExtension):
     """``type`` is one of the registered handlers, listed as an enum."""
 
-    target_class = "queue_app.api.serializers.JobTypeField"
+    target_class = "queue_app.api.fields.JobTypeField"
 
     def map_serializer_field(self, auto_schema, direction) -> dict[str, Any]:
         return {"type": "string", "enum": registered_types(public=True)}
@@ -50,7 +50,7 @@ class JobTypeFieldExtension(OpenApiSerializerFieldExtension):
 class QueueNameFieldExtension(OpenApiSerializerFieldExtension):
     """``queue`` is one of the configured queues, listed as an enum."""
 
-    target_class = "queue_app.api.serializers.QueueNameField"
+    target_class = "queue_app.api.fields.QueueNameField"
 
     def map_serializer_field(self, auto_schema, direction) -> dict[str, Any]:
         return {"type": "string", "enum": list(queue_settings().QUEUES), "default": "default"}
@@ -60,7 +60,7 @@ class UniqueStatesFieldExtension(OpenApiSerializerFieldExtension):
     """``unique_states`` lists the statuses as an enum of its own: built from its choice
     field, the enum's name collides with the job's ``status`` enum (a schema warning)."""
 
-    target_class = "queue_app.api.serializers.UniqueStatesField"
+    target_class = "queue_app.api.fields.UniqueStatesField"
 
     def map_serializer_field(self, auto_schema, direction) -> dict[str, Any]:
         statuses = {"type": "string", "enum": list(Status.values)}

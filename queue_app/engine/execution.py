@@ -3,6 +3,11 @@
 ``fence`` goes up by one on every claim and never down; ``attempts`` counts the
 claims charged to the job (a hand-back takes one back). Every write made for a
 running attempt is conditional on the fence value its claim returned.
+
+Over 500 lines on purpose: every write made for a running attempt (claim, completion,
+failure, snooze, hand-back, lease, rescue) shares the fence rules and the settling of an
+outcome the fence turned away (``settle_rejected_attempts``); apart, each would reach
+into the others' private steps.
 """
 
 from __future__ import annotations
@@ -83,11 +88,6 @@ _EXPIRE_PARAMS = {
     "expire_event": transition("expire").event,
     "expire_level": transition("expire").level,
 }
-
-
-def claim_jobs(ids: Sequence[str], *, worker_id: str) -> list[ClaimedJob]:
-    """Compare-and-set claim of popped ids in one statement; others are logged and dropped."""
-    return claim(ids, worker_id=worker_id).jobs
 
 
 @tracing.traced("jobqueue.claim")

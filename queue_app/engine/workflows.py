@@ -12,7 +12,7 @@ every dependency has settled: there is no counter outside the rows it reads.
 The building blocks (``chain``, ``group``, ``chord``, a mapping of named steps) all
 compile to job requests with dependencies, enqueued by one ``enqueue_jobs`` call in
 the caller's transaction: if it rolls back, no step exists and nothing reached Redis.
-A batch is a set of jobs whose callbacks are jobs waiting on every member.
+Batches, whose callbacks are jobs waiting on every member, are in batches.py.
 """
 
 from __future__ import annotations
@@ -28,11 +28,12 @@ from django.db import connection, transaction
 from queue_app.conf import queue_settings
 from queue_app.engine import sql
 from queue_app.engine.actions import ActionCounts, cancel_jobs, retry_jobs
-from queue_app.engine.enqueue import JobRequest, _check_all, _Checked, _enqueue_checked, enqueue_jobs
+from queue_app.engine.enqueue import enqueue_checked, enqueue_jobs
+from queue_app.engine.job_requests import CheckedRequest, JobRequest, check_requests
 from queue_app.engine.transitions import apply_transition_to_jobs, settle_dependents
 from queue_app.exceptions import InvalidWorkflow, JobsRejected, WorkflowNotFound
 from queue_app.ids import parse_job_id
-from queue_app.models import Batch, BatchMember, Job, JobDependency, JobWait, Workflow, WorkflowStep
+from queue_app.models import Job, JobDependency, JobWait, Workflow, WorkflowStep
 from queue_app.states import TERMINAL, Status
 
 ON_FAILURE_POLICIES = tuple(JobWait.OnFailure.values)
@@ -242,13 +243,13 @@ def _lock_existing(graph: _Graph, owner) -> None:
         raise JobsRejected(errors, total=len(graph.parents))
 
 
-def enqueue_with_dependencies(checked: list[_Checked], *, owner) -> list[Job]:
+def enqueue_with_dependencies(checked: list[CheckedRequest], *, owner) -> list[Job]:
     """``enqueue_jobs`` for a call in which some jobs have dependencies (see the module)."""
     requests = [item.request for item in checked]
     graph = _resolve(requests)
     with transaction.atomic():
         _lock_existing(graph, owner)
-        jobs = _enqueue_checked(checked, owner=owner)
+        jobs = enqueue_checked(checked, owner=owner)
         edges, waits = [], []
         for index, (job, mine) in enumerate(zip(jobs, graph.parents, strict=True)):
             if not mine or not job.was_created:
@@ -342,7 +343,7 @@ def enqueue_workflow(graph, *, name: str = "", owner=None, on_failure: str | Non
         if len(set(names)) != len(names):
             raise InvalidWorkflow("step names must be unique", field="steps")
         _resolve(requests)  # before anything is written
-        _check_all(requests)
+        check_requests(requests)
         with transaction.atomic():
             workflow = Workflow.objects.create(name=str(name)[:200], owner=owner)
             jobs = enqueue_jobs(requests, owner=owner)
@@ -437,72 +438,3 @@ def retry_workflow(workflow, *, reason: str = "workflow retried") -> ActionCount
         if parent_ids:
             settle_dependents(parent_ids)
     return ActionCounts(changed=counts.changed + len(resumed), max_attempts_raised=counts.max_attempts_raised)
-
-
-# --- Batches ------------------------------------------------------------------------
-
-
-def enqueue_batch(
-    members: Sequence[JobRequest],
-    *,
-    on_complete: JobRequest | None = None,
-    on_success: JobRequest | None = None,
-    on_failure: JobRequest | None = None,
-    name: str = "",
-    owner=None,
-) -> Batch:
-    """Enqueue ``members`` as a batch, with callbacks, in one call (the caller's transaction).
-
-    Each callback is a job waiting on every member, released exactly once, by the
-    transaction that settles the last member: ``on_complete`` whatever the members' ends,
-    ``on_success`` only when every one completed (else it is cancelled, at the first
-    failure), ``on_failure`` only when at least one failed or was cancelled (else it is
-    cancelled). ``Batch.members`` and ``batch_counts`` tell how far it is.
-    """
-    members = [replace(member) for member in members]
-    callbacks = []
-    for attribute, request, policy in (
-        ("on_complete", on_complete, JobWait.OnFailure.CONTINUE),
-        ("on_success", on_success, JobWait.OnFailure.CANCEL),
-        ("on_failure", on_failure, JobWait.OnFailure.ONLY_ON_FAILURE),
-    ):
-        if request is None:
-            continue
-        if not isinstance(request, JobRequest):
-            raise InvalidWorkflow("must be a JobRequest", field=attribute)
-        if not members and attribute == "on_failure":
-            continue  # nothing can fail
-        callback = replace(request, depends_on=[*request.depends_on, *members], on_failure=policy.value)
-        callbacks.append((attribute, callback))
-    requests = members + [callback for _, callback in callbacks]
-    with transaction.atomic():
-        batch = Batch.objects.create(name=str(name)[:200], owner=owner)
-        jobs = enqueue_jobs(requests, owner=owner)
-        BatchMember.objects.bulk_create(
-            [BatchMember(job_id=job.id, batch=batch) for job in jobs[: len(members)] if job.was_created],
-            batch_size=5000,
-        )
-        for (attribute, _), job in zip(callbacks, jobs[len(members) :], strict=True):
-            setattr(batch, f"{attribute}_id", job.id)
-        batch.save(update_fields=["on_complete", "on_success", "on_failure"])
-    batch.jobs = jobs[: len(members)]
-    return batch
-
-
-def get_batch(batch_id) -> Batch:
-    parsed = parse_job_id(batch_id)
-    batch = Batch.objects.filter(id=parsed).first() if parsed is not None else None
-    if batch is None:
-        raise WorkflowNotFound("no such batch")
-    return batch
-
-
-def batch_counts(batch) -> dict[str, int]:
-    """The members by status, with ``total`` and ``pending`` (not yet settled)."""
-    with connection.cursor() as cursor:
-        cursor.execute(sql.query("batch_counts"), {"batch": str(getattr(batch, "pk", batch))})
-        by_status = dict(cursor.fetchall())
-    counts = {status: by_status.get(status, 0) for status in Status.values}
-    counts["total"] = sum(by_status.values())
-    counts["pending"] = counts["total"] - sum(counts[status] for status in TERMINAL)
-    return counts

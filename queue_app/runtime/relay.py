@@ -38,11 +38,10 @@ from __future__ import annotations
 
 import select
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import psycopg
 from django.db import DatabaseError, connection
-from django.utils.module_loading import import_string
 
 from queue_app import broker, conf
 from queue_app.conf import queue_settings
@@ -60,12 +59,6 @@ PRUNE_EVERY_SECONDS = 60.0
 PRUNE_CHUNK = 5000
 # Statuses a job reaches only through a worker's claim, which popped its ready member.
 TAKEN_BY_A_WORKER = frozenset({Status.PROCESSING, Status.COMPLETED, Status.FAILED})
-
-
-def fault_point_handler() -> Callable[[str], None] | None:
-    """The handler test or chaos settings install for named fault points; None in production."""
-    path = conf.project_setting("FAULT_POINT_HANDLER")
-    return import_string(path) if path else None
 
 
 def row_intent(row: ClaimedRow, fifo_queues: Mapping[str, bool]) -> broker.Intent | None:
@@ -120,7 +113,7 @@ class Relay:
         self.dispatched_total = 0
         self._listener: psycopg.Connection | None = None
         self._last_prune = 0.0
-        self._fault = fault_point_handler()
+        self._fault = conf.fault_point_handler()
         # After relay_batch: whether the outbox may hold more due rows for this relay.
         self._more = False
 

@@ -15,6 +15,10 @@
 An attempt asked to stop (cancel requested, lease lost) is interrupted with an
 ``AttemptStopped`` exception, which ``except Exception`` cannot swallow, and
 again every second while it runs on.
+
+Over 500 lines on purpose: the signal handlers, the loop and the shutdown share the
+state of the process's main thread (its attempt, deadlines, stop request), which only
+this class changes; every room the loop calls lives in a module of its own.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from typing import Any
 
 from django.db import DatabaseError, connection, transaction
 
-from queue_app import broker
+from queue_app import broker, conf
 from queue_app.conf import queue_settings
 from queue_app.engine import execution, selectors
 from queue_app.exceptions import JobTimeLimitExceeded, LeaseLost, QueueError, WorkerShutdown
@@ -45,7 +49,6 @@ from queue_app.runtime.heartbeat import Heartbeat
 from queue_app.runtime.holdings import Attempt, Holdings
 from queue_app.runtime.outages import OutageGuard
 from queue_app.runtime.producer import CONTROLS_REFRESH_SECONDS, Producer
-from queue_app.runtime.relay import fault_point_handler
 from queue_app.runtime.running_job import RunningJob
 from queue_app.runtime.slots import Slots
 
@@ -115,7 +118,7 @@ class Worker:
         self.stop_signal: int | None = None
         # Jobs an earlier process of this name left running, settled once their leases end.
         self._previous: list[tuple[str, int]] = []
-        self._fault = fault_point_handler()
+        self._fault = conf.fault_point_handler()
         # The attempt the main thread runs, and its deadlines (monotonic).
         self.current: Attempt | None = None
         self.soft_deadline: float | None = None

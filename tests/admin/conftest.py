@@ -15,6 +15,7 @@ from queue_app import services
 from queue_app.engine import execution
 from queue_app.engine.execution import Completion
 from queue_app.models import Job
+from tests.helpers import claim_jobs
 
 CHANGELIST = "admin:queue_app_job_changelist"
 QUEUES = "default,emails,reports:fifo"
@@ -39,7 +40,7 @@ def make_job(
         Job.objects.filter(id=job.id).update(expires_at=timezone.now() - timedelta(seconds=1))
         execution.expire_queued_jobs()
     elif status in ("processing", "completed", "failed"):
-        (claimed,) = execution.claim_jobs([str(job.id)], worker_id="admin-tests")
+        (claimed,) = claim_jobs([str(job.id)], worker_id="admin-tests")
         if status == "completed":
             execution.complete_jobs([Completion(claimed.id, claimed.fence, {"ok": True})])
         elif status == "failed":

@@ -8,6 +8,7 @@ from django.urls import reverse
 from queue_app import services
 from queue_app.engine import execution
 from tests.admin.conftest import changelist
+from tests.helpers import claim_jobs
 
 pytestmark = [pytest.mark.django_db, pytest.mark.redis]
 
@@ -19,7 +20,7 @@ TRACEBACK = (
 @pytest.fixture
 def failed_job():
     job = services.enqueue_job("demo.echo", {})
-    (claimed,) = execution.claim_jobs([str(job.id)], worker_id="display-test")
+    (claimed,) = claim_jobs([str(job.id)], worker_id="display-test")
     execution.fail_job(claimed.id, claimed.fence, "ValueError: bad input", retry=False, traceback=TRACEBACK)
     return job
 

@@ -7,13 +7,14 @@ from queue_app.engine import execution
 from queue_app.engine.execution import Completion
 from queue_app.models import Job, JobLog, OutboxMessage
 from tests.api.conftest import submit
+from tests.helpers import claim_jobs
 
 pytestmark = pytest.mark.redis
 
 
 def _run_to(job_id: str, outcome: str) -> None:
     """Move a queued job on as a worker would: claim it, then settle it."""
-    [claimed] = execution.claim_jobs([job_id], worker_id="test-worker")
+    [claimed] = claim_jobs([job_id], worker_id="test-worker")
     if outcome == "completed":
         execution.complete_jobs([Completion(job_id, claimed.fence, {"ok": True})])
     elif outcome == "failed":

@@ -15,6 +15,7 @@ from queue_app import services
 from queue_app.engine import execution
 from queue_app.models import Job
 from tests.api.conftest import post_json, submit
+from tests.helpers import claim_jobs
 
 pytestmark = pytest.mark.redis
 
@@ -142,7 +143,7 @@ def test_filters(api, alice):
     high = submit(api, type="demo.echo", priority="high").json()["id"]
     other_queue_type = submit(api, type="probe.run", priority="low").json()["id"]
     failed = submit(api, type="demo.fail").json()["id"]
-    [claimed] = execution.claim_jobs([failed], worker_id="test")
+    [claimed] = claim_jobs([failed], worker_id="test")
     execution.fail_job(failed, claimed.fence, "boom", retry=False)
     old = submit(api).json()["id"]
     Job.objects.filter(id=old).update(created_at=timezone.now() - timedelta(days=3))
@@ -225,7 +226,7 @@ def test_detail_routes_ignore_list_filters(api):
 @pytest.mark.django_db
 def test_logs_list_the_trail_oldest_first(api, bob_api):
     job_id = submit(api, type="demo.fail").json()["id"]
-    [claimed] = execution.claim_jobs([job_id], worker_id="w1")
+    [claimed] = claim_jobs([job_id], worker_id="w1")
     execution.fail_job(job_id, claimed.fence, "boom", retry=False)
     services.retry_job(job_id)
 

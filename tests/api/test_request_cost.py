@@ -25,6 +25,7 @@ from queue_app import services
 from queue_app.api.serializers import JobSerializer, job_body
 from queue_app.engine import execution
 from tests.api.conftest import make_user, submit, token_client
+from tests.helpers import claim_jobs
 
 pytestmark = [pytest.mark.redis, pytest.mark.django_db]
 
@@ -122,7 +123,7 @@ def _jobs(owner):
         idempotency_key="key-1",
     )
     failed = services.enqueue_job("demo.echo", {}, owner=owner)
-    (claimed,) = execution.claim_jobs([str(failed.id)], worker_id="body-test")
+    (claimed,) = claim_jobs([str(failed.id)], worker_id="body-test")
     execution.fail_job(
         claimed.id,
         claimed.fence,
@@ -132,7 +133,7 @@ def _jobs(owner):
         traceback="Traceback (most recent call last):\nValueError: no\n",
     )
     done = services.enqueue_job("demo.echo", {"n": 2}, owner=owner)
-    (claimed,) = execution.claim_jobs([str(done.id)], worker_id="body-test")
+    (claimed,) = claim_jobs([str(done.id)], worker_id="body-test")
     execution.complete_jobs([execution.Completion(str(claimed.id), claimed.fence, {"answer": [42, "x"]})])
     return [queued, scheduled, failed, done]
 

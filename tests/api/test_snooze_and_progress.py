@@ -3,10 +3,10 @@
 import pytest
 
 from queue_app.engine import execution
-from queue_app.engine.execution import claim_jobs
 from queue_app.reports import CurrentJob
 from queue_app.runtime.holdings import Attempt
 from tests.api.conftest import submit
+from tests.helpers import claim_jobs
 
 pytestmark = [pytest.mark.django_db, pytest.mark.redis]
 

@@ -16,6 +16,7 @@ from queue_app.engine import stats as engine_stats
 from queue_app.engine.execution import Completion
 from queue_app.models import Job, OutboxMessage
 from tests.api.conftest import closed_port, post_json, run_in_child, submit
+from tests.helpers import claim_jobs
 
 pytestmark = pytest.mark.redis
 
@@ -45,7 +46,7 @@ def test_stats_match_the_rows_and_redis(api, staff_api, two_queues):
     )
     running, done, failed, cancelled = (submit(api, queue="bulk").json()["id"] for _ in range(4))
     for job_id, outcome in ((running, None), (done, "complete"), (failed, "fail")):
-        [claimed] = execution.claim_jobs([job_id], worker_id="w")
+        [claimed] = claim_jobs([job_id], worker_id="w")
         if outcome == "complete":
             execution.complete_jobs([Completion(job_id, claimed.fence, None)])
         elif outcome == "fail":

@@ -7,8 +7,8 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
-from queue_app import admin as queue_admin
 from queue_app import services
+from queue_app.admin import jobs as job_admin
 from queue_app.models import Job, OutboxMessage
 from tests.admin.conftest import make_job
 
@@ -85,7 +85,7 @@ def test_retry_action_on_a_failed_job(admin_page: Page, screenshot):
 
 
 def test_dashboard_shows_the_queue_and_refreshes_itself(admin_page: Page, screenshot, monkeypatch):
-    monkeypatch.setattr(queue_admin, "DASHBOARD_REFRESH_SECONDS", 1)
+    monkeypatch.setattr(job_admin, "DASHBOARD_REFRESH_SECONDS", 1)
     make_job("queued")
     make_job("completed")
     make_job("failed", error="RuntimeError: shown on the dashboard")

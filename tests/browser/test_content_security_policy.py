@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Page, expect
 
-from queue_app import admin as queue_admin
 from queue_app import services
+from queue_app.admin import jobs as job_admin
 
 pytestmark = [pytest.mark.redis]
 
@@ -27,7 +27,7 @@ def test_api_docs_render_under_the_policy(page: Page, transactional_db, screensh
 
 
 def test_dashboard_script_runs_under_the_policy(admin_page: Page, screenshot, monkeypatch):
-    monkeypatch.setattr(queue_admin, "DASHBOARD_REFRESH_SECONDS", 1)
+    monkeypatch.setattr(job_admin, "DASHBOARD_REFRESH_SECONDS", 1)
     messages = csp_violations(admin_page)
     admin_page.goto("/admin/queue_app/job/dashboard/")
     expect(admin_page.locator("#card-queued")).to_have_text("0")

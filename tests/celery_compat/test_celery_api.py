@@ -25,14 +25,14 @@ from queue_app.contrib.celery.exceptions import (
     TimeoutError,
 )
 from queue_app.contrib.celery.task import MAX_ATTEMPTS_LIMIT, CeleryBackoff
-from queue_app.engine import enqueue, execution
+from queue_app.engine import execution, job_requests
 from queue_app.engine.execution import ClaimedJob
 from queue_app.exceptions import InvalidJob, JobTimeLimitExceeded, RetryAfter
 from queue_app.handlers import get_handler
 from queue_app.models import Job
 from queue_app.services import cancel_job
 from tests.celery_compat.conftest import TUTORIALS
-from tests.helpers import PROJECT_ROOT, child_env
+from tests.helpers import PROJECT_ROOT, child_env, claim_jobs
 
 app = Celery("api", broker="redis://ignored", set_as_current=False, task_default_queue="default")
 
@@ -107,7 +107,7 @@ def test_a_task_registers_an_internal_handler_named_as_celery_names_it():
 
 def test_task_options_become_the_handlers_options():
     spec = get_handler("api.options")
-    assert spec.max_attempts == MAX_ATTEMPTS_LIMIT == enqueue.MAX_ATTEMPTS_LIMIT  # max_retries=None
+    assert spec.max_attempts == MAX_ATTEMPTS_LIMIT == job_requests.MAX_ATTEMPTS_LIMIT  # max_retries=None
     assert spec.time_limit == 4  # the soft limit; the hard one is the queue's grace later
     assert spec.retry_on == (ConnectionError,)
     assert ConnectionRefusedError in spec.give_up_on and MaxRetriesExceededError in spec.give_up_on
@@ -338,14 +338,14 @@ def test_async_result_reads_each_state_from_the_job():
     queued = plain.delay(1)
     assert (queued.state, queued.result, queued.ready()) == (states.PENDING, None, False)
     assert AsyncResult("not-a-job-id").state == states.PENDING  # Celery's answer for any unknown id
-    [claimed] = execution.claim_jobs([queued.id], worker_id="w")
+    [claimed] = claim_jobs([queued.id], worker_id="w")
     assert queued.state == states.STARTED
     execution.fail_job(
         claimed.id, claimed.fence, "ValueError: bad input", delay=0, error_class="builtins.ValueError"
     )
     assert queued.state == states.RETRY and isinstance(queued.result, ValueError)
     assert not queued.ready()
-    [claimed] = execution.claim_jobs([queued.id], worker_id="w")
+    [claimed] = claim_jobs([queued.id], worker_id="w")
     execution.complete_jobs([execution.Completion(claimed.id, claimed.fence, {"n": 1})])
     assert (queued.state, queued.result, queued.successful()) == (states.SUCCESS, {"n": 1}, True)
     assert queued.get(timeout=1) == {"n": 1} and queued.date_done is not None and queued.traceback is None
@@ -354,7 +354,7 @@ def test_async_result_reads_each_state_from_the_job():
 @db
 def test_a_failure_is_rebuilt_as_its_exception_or_a_task_error():
     result = plain.delay(1)
-    [claimed] = execution.claim_jobs([result.id], worker_id="w")
+    [claimed] = claim_jobs([result.id], worker_id="w")
     execution.fail_job(
         claimed.id,
         claimed.fence,
@@ -369,7 +369,7 @@ def test_a_failure_is_rebuilt_as_its_exception_or_a_task_error():
     with pytest.raises(KeyError):
         result.get()
     moved = plain.delay(2)
-    [claimed] = execution.claim_jobs([moved.id], worker_id="w")
+    [claimed] = claim_jobs([moved.id], worker_id="w")
     execution.fail_job(claimed.id, claimed.fence, "Gone: x", retry=False, error_class="shop.errors.Gone")
     assert isinstance(moved.result, TaskError) and str(moved.result) == "Gone: x"
 

@@ -17,7 +17,7 @@ from queue_app.models import Job
 from queue_app.observability.metrics import MULTIPROC_ENV
 from queue_app.runtime.reconciler import Reconciler
 from queue_app.services import enqueue_job
-from tests.helpers import wait_until
+from tests.helpers import claim_jobs, wait_until
 from tests.observability.support import local_value
 
 # Transactional: the counters move on commit (on_commit never fires inside a test's atomic block).
@@ -56,9 +56,9 @@ def test_claim_and_completion_count_and_observe_the_wait():
     waits = local_value("jobqueue_job_wait_seconds_count", **ECHO)
     completed = local_value("jobqueue_jobs_completed_total", **ECHO)
     job = enqueue_job("demo.echo", {"n": 1})
-    (claimed,) = execution.claim_jobs([str(job.id)], worker_id="metrics-test")
+    (claimed,) = claim_jobs([str(job.id)], worker_id="metrics-test")
     # A duplicate id (Redis offered it twice) is not a second start.
-    assert execution.claim_jobs([str(job.id)], worker_id="metrics-test") == []
+    assert claim_jobs([str(job.id)], worker_id="metrics-test") == []
     assert local_value("jobqueue_jobs_started_total", **ECHO) == started + 1
     assert local_value("jobqueue_job_wait_seconds_count", **ECHO) == waits + 1
     execution.complete_jobs([Completion(claimed.id, claimed.attempt, {"ok": True})])
@@ -69,7 +69,7 @@ def test_a_fenced_completion_counts_as_fenced_not_completed():
     completed = local_value("jobqueue_jobs_completed_total", **ECHO)
     fenced = local_value("jobqueue_jobs_fenced_total", kind="completion_fenced", **ECHO)
     job = enqueue_job("demo.echo", {"n": 1})
-    (claimed,) = execution.claim_jobs([str(job.id)], worker_id="metrics-test")
+    (claimed,) = claim_jobs([str(job.id)], worker_id="metrics-test")
     # The attempt loses the job to a rescue (a cancel now waits for the attempt instead).
     Job.objects.filter(id=job.id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     execution.rescue_expired_leases()
@@ -82,10 +82,10 @@ def test_a_failed_attempt_counts_as_retried_then_failed():
     retried = local_value("jobqueue_jobs_retried_total", **ECHO)
     failed = local_value("jobqueue_jobs_failed_total", **ECHO)
     job = enqueue_job("demo.echo", {"n": 1}, max_attempts=2)
-    (first,) = execution.claim_jobs([str(job.id)], worker_id="metrics-test")
+    (first,) = claim_jobs([str(job.id)], worker_id="metrics-test")
     assert execution.fail_job(first.id, first.attempt, "boom") == "queued"
     Job.objects.filter(id=job.id).update(next_retry_at=Now())
-    (second,) = execution.claim_jobs([str(job.id)], worker_id="metrics-test")
+    (second,) = claim_jobs([str(job.id)], worker_id="metrics-test")
     assert execution.fail_job(second.id, second.attempt, "boom") == "failed"
     # The stale first attempt reporting late is fenced, not a third outcome.
     assert execution.fail_job(first.id, first.attempt, "late") is None
@@ -100,7 +100,7 @@ def test_a_rescued_lease_counts_as_a_retry_and_as_a_reconciler_action(queue_conf
     retried = local_value("jobqueue_jobs_retried_total", **ECHO)
     actions = local_value("jobqueue_reconciler_actions_total", action="requeued_expired")
     job = enqueue_job("demo.echo", {"n": 1})
-    execution.claim_jobs([str(job.id)], worker_id="metrics-test")
+    claim_jobs([str(job.id)], worker_id="metrics-test")
     wait_until(
         lambda: Job.objects.filter(id=job.id, lease_expires_at__lt=Now()).exists(),
         message="the lease to expire",
@@ -118,6 +118,6 @@ def test_metrics_off_counts_nothing(queue_config):
     enqueued = local_value("jobqueue_jobs_enqueued_total", **ECHO)
     started = local_value("jobqueue_jobs_started_total", **ECHO)
     job = enqueue_job("demo.echo", {"n": 1})
-    execution.claim_jobs([str(job.id)], worker_id="metrics-test")
+    claim_jobs([str(job.id)], worker_id="metrics-test")
     assert local_value("jobqueue_jobs_enqueued_total", **ECHO) == enqueued
     assert local_value("jobqueue_jobs_started_total", **ECHO) == started

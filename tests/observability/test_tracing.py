@@ -84,7 +84,7 @@ def test_with_tracing_off_opentelemetry_need_not_be_installed():
         "from queue_app.engine import execution\n"
         "from queue_app.services import enqueue_job\n"
         "job = enqueue_job('demo.echo', {'n': 1})\n"
-        "(claimed,) = execution.claim_jobs([str(job.id)], worker_id='no-otel')\n"
+        "(claimed,) = execution.claim([str(job.id)], worker_id='no-otel').jobs\n"
         "print(claimed.trace_context)\n"
     )
     done = subprocess.run(

@@ -9,10 +9,9 @@ from django.utils import timezone
 from structlog.testing import capture_logs
 
 from queue_app import broker
-from queue_app.engine import execution
 from queue_app.models import Job, JobLog
 from queue_app.services import enqueue_job
-from tests.helpers import relay_all, run_worker
+from tests.helpers import claim_jobs, relay_all, run_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -32,7 +31,7 @@ def test_only_jobs_already_due_are_claimed():
     set_due(just_not_due, "2 seconds")
     set_due(far, "1 hour")
     ids = [str(job.id) for job in (ready, just_due, just_not_due, far)]
-    claimed = execution.claim_jobs(ids, worker_id="w")
+    claimed = claim_jobs(ids, worker_id="w")
     assert {job.id for job in claimed} == {str(ready.id), str(just_due.id)}
     for job in (just_not_due, far):
         row = Job.objects.get(id=job.id)

@@ -8,11 +8,11 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from queue_app import broker
-from queue_app.engine import execution, stats
+from queue_app.engine import stats
 from queue_app.models import Job, OutboxMessage
 from queue_app.runtime.relay import Relay
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
-from tests.helpers import ready_ids
+from tests.helpers import claim_jobs, ready_ids
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
@@ -114,7 +114,7 @@ def test_the_relay_does_not_send_again_a_job_already_claimed(redis_client):
     queued, claimed = enqueue_job("demo.echo"), enqueue_job("demo.echo")
     popped = broker.reserve(redis_client, "default", False, 2)
     assert sorted(popped) == sorted([str(queued.id), str(claimed.id)])
-    [taken] = execution.claim_jobs([str(claimed.id)], worker_id="w")
+    [taken] = claim_jobs([str(claimed.id)], worker_id="w")
     assert taken.id == str(claimed.id)
     make_rows_due()
     assert Relay().drain() == 2  # both rows settled...

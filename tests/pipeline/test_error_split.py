@@ -9,7 +9,7 @@ from queue_app.engine import execution
 from queue_app.models import Job, JobLog
 from queue_app.services import enqueue_job
 from queue_app.testing import run_jobs
-from tests.helpers import run_worker
+from tests.helpers import claim_jobs, run_worker
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 
@@ -50,10 +50,10 @@ def test_a_slot_jobs_failure_keeps_its_traceback_from_the_owner(job_type, messag
 
 def test_a_later_success_clears_the_traceback():
     job = enqueue_job("demo.echo", {})
-    (claimed,) = execution.claim_jobs([str(job.id)], worker_id="split-test")
+    (claimed,) = claim_jobs([str(job.id)], worker_id="split-test")
     execution.fail_job(claimed.id, claimed.fence, "ValueError: x", traceback="Traceback ...", retry=True)
     Job.objects.filter(id=job.id).update(next_retry_at=None)
-    (claimed,) = execution.claim_jobs([str(job.id)], worker_id="split-test")
+    (claimed,) = claim_jobs([str(job.id)], worker_id="split-test")
     execution.complete_jobs([execution.Completion(claimed.id, claimed.fence, {})])
     job.refresh_from_db()
     assert (job.status, job.last_error, job.last_error_traceback) == ("completed", "", "")

@@ -15,7 +15,7 @@ from queue_app.engine.execution import Completion
 from queue_app.models import Job, JobLog
 from queue_app.runtime.reconciler import Reconciler
 from queue_app.services import enqueue_job
-from tests.helpers import relay_all, wait_until
+from tests.helpers import claim_jobs, relay_all, wait_until
 
 # Transactional: lease expiry compares with now(), which is frozen inside one transaction.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
@@ -37,7 +37,7 @@ def rescued_and_reclaimed(request, queue_config):
     queue_config(LEASE_SECONDS=1, HEARTBEAT_SECONDS=0.5, RETRY_BACKOFF_BASE_SECONDS=0.01)
     job = enqueue_job("demo.echo", {"n": 1})
     relay_all()
-    [old] = execution.claim_jobs([str(job.id)], worker_id=WORKER)
+    [old] = claim_jobs([str(job.id)], worker_id=WORKER)
     wait_until(
         lambda: Job.objects.filter(id=job.id, lease_expires_at__lt=Now()).exists(),
         message="the first attempt's lease to expire",
@@ -45,7 +45,7 @@ def rescued_and_reclaimed(request, queue_config):
     request.param()
     assert Job.objects.get(id=job.id).status == "queued"
     [new] = wait_until(
-        lambda: execution.claim_jobs([str(job.id)], worker_id=WORKER),
+        lambda: claim_jobs([str(job.id)], worker_id=WORKER),
         message="the retry to become due and be claimed",
     )
     assert (old.attempt, new.attempt) == (1, 2)

@@ -12,14 +12,13 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from queue_app.engine import execution
-from queue_app.engine.execution import claim_jobs
 from queue_app.models import Job, JobLog
 from queue_app.reports import CurrentJob
 from queue_app.runtime.holdings import Attempt
 from queue_app.runtime.worker import Worker
 from queue_app.services import enqueue_job
 from queue_app.states import NON_TRANSITION_EVENTS
-from tests.helpers import PROJECT_ROOT, close_sync_to_async_connections, relay_all, run_worker
+from tests.helpers import PROJECT_ROOT, claim_jobs, close_sync_to_async_connections, relay_all, run_worker
 from tests.probe.jobs import REPORTED, reporting_task, reporting_task_async
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]

@@ -18,12 +18,11 @@ from django.utils import timezone
 from structlog.testing import capture_logs
 
 from queue_app import broker
-from queue_app.engine import execution
 from queue_app.models import Job, JobLog, MaintenanceLease, OutboxMessage
 from queue_app.runtime import maintenance
 from queue_app.runtime.maintenance import Maintenance
 from queue_app.states import Status
-from tests.helpers import ready_ids
+from tests.helpers import claim_jobs, ready_ids
 from tests.reconciler.support import enqueue, mark_relayed
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
@@ -153,7 +152,7 @@ def running(queue: str, *, lease_offset_seconds: float) -> str:
     """A claimed job of ``queue`` whose lease ends that long from the database's now()."""
     (job,) = enqueue(1, queue=queue)
     mark_relayed()
-    (claimed,) = execution.claim_jobs([str(job.id)], worker_id="dead-worker")
+    (claimed,) = claim_jobs([str(job.id)], worker_id="dead-worker")
     Job.objects.filter(id=claimed.id).update(lease_expires_at=Now() + timedelta(seconds=lease_offset_seconds))
     return claimed.id
 

@@ -13,7 +13,7 @@ from queue_app.engine import execution, outbox, sql
 from queue_app.models import OutboxMessage
 from queue_app.runtime.relay import Relay, row_intent
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
-from tests.helpers import ready_ids
+from tests.helpers import claim_jobs, ready_ids
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -203,7 +203,7 @@ def test_a_retry_due_by_the_time_the_relay_claims_its_row_goes_to_the_ready_set(
     job = enqueue_job("demo.echo")
     relay = Relay()
     relay.drain()
-    [claimed] = execution.claim_jobs([str(job.id)], worker_id="relay-test-worker")
+    [claimed] = claim_jobs([str(job.id)], worker_id="relay-test-worker")
     assert execution.fail_job(str(job.id), claimed.fence, "RuntimeError: once", delay=0) == "queued"
     assert OutboxMessage.objects.filter(job_id=job.id, action=OutboxMessage.Action.SCHEDULE).exists()
     redis_client.flushdb()  # what the first push and the pop left is no part of this
@@ -222,7 +222,7 @@ def test_an_enqueue_row_sent_after_the_jobs_retry_leaves_the_retry_in_place(redi
     late enqueue row names the job's first place: it takes that member out of the ready set
     and leaves the retry set alone (taking the id out of it lost the retry for good)."""
     job = enqueue_job("demo.echo")
-    [claimed] = execution.claim_jobs([str(job.id)], worker_id="relay-test-worker")
+    [claimed] = claim_jobs([str(job.id)], worker_id="relay-test-worker")
     assert execution.fail_job(str(job.id), claimed.fence, "RuntimeError: once", delay=0) == "queued"
     job.refresh_from_db()
     first_place = OutboxMessage.objects.get(job_id=job.id, action=OutboxMessage.Action.ENQUEUE).member

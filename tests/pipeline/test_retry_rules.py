@@ -16,7 +16,7 @@ from queue_app.exceptions import RetryAfter
 from queue_app.handlers import HandlerSpec, job_handler
 from queue_app.models import Job, JobLog
 from queue_app.services import enqueue_job
-from tests.helpers import child_env, kill_group, manage, relay_all, run_worker, wait_until
+from tests.helpers import child_env, claim_jobs, kill_group, manage, relay_all, run_worker, wait_until
 from tests.pipeline.test_retry_policy import MICROSECOND, STALL_ALLOWANCE, events, observed_delays
 from tests.probe.models import Execution
 from tests.probe.retry_jobs import task_retry_after
@@ -270,7 +270,7 @@ def test_an_expired_lease_waits_the_handlers_backoff_doubling_per_attempt(queue_
     last = enqueue_job("demo.echo", max_attempts=2)
     attempts |= {fixed.id: 2, last.id: 2}
     relay_all()
-    claimed = execution.claim_jobs([str(job_id) for job_id in attempts], worker_id="dead-worker")
+    claimed = claim_jobs([str(job_id) for job_id in attempts], worker_id="dead-worker")
     assert len(claimed) == len(attempts)
     for job_id, attempt in attempts.items():
         Job.objects.filter(id=job_id).update(

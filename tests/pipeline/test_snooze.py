@@ -15,12 +15,11 @@ from django.utils import timezone
 
 from queue_app import services
 from queue_app.engine import execution
-from queue_app.engine.execution import claim_jobs
 from queue_app.exceptions import Snooze
 from queue_app.models import Job, JobLog, OutboxMessage
 from queue_app.runtime.worker import Worker
 from queue_app.services import enqueue_job
-from tests.helpers import close_sync_to_async_connections, relay_all, run_worker, wait_until
+from tests.helpers import claim_jobs, close_sync_to_async_connections, relay_all, run_worker, wait_until
 from tests.probe.jobs import snoozing_task
 from tests.probe.models import Effect, Execution
 

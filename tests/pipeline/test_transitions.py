@@ -18,6 +18,7 @@ from queue_app.engine.transitions import settle_dependents
 from queue_app.exceptions import QueueError
 from queue_app.models import Job, JobDependency, JobLog, JobWait, OutboxMessage, Workflow, WorkflowStep
 from queue_app.states import RUNNING, TRANSITION_TABLE, TRANSITIONS, Status
+from tests.helpers import claim_jobs
 
 pytestmark = pytest.mark.django_db
 
@@ -54,7 +55,7 @@ def _retry_workflow(job) -> None:
 
 # How each transition is reached through the engine's own entry points.
 APPLY = {
-    "claim": lambda job: execution.claim_jobs([str(job.id)], worker_id=WORKER),
+    "claim": lambda job: claim_jobs([str(job.id)], worker_id=WORKER),
     "complete": _complete,
     "schedule_retry": lambda job: execution.fail_job(str(job.id), job.fence, "boom"),
     "fail": lambda job: execution.fail_job(str(job.id), job.fence, "boom", retry=False),

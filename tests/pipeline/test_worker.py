@@ -12,12 +12,12 @@ from structlog.testing import capture_logs
 
 from queue_app import broker, services
 from queue_app.engine import execution
-from queue_app.engine.execution import Completion, claim_jobs
+from queue_app.engine.execution import Completion
 from queue_app.exceptions import LeaseLost
 from queue_app.models import Job, JobLog
 from queue_app.runtime.worker import Worker
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
-from tests.helpers import ready_ids, relay_all, run_worker
+from tests.helpers import claim_jobs, ready_ids, relay_all, run_worker
 from tests.probe.jobs import RUN_ORDER
 from tests.probe.models import Effect, Execution
 

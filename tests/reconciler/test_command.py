@@ -17,7 +17,7 @@ from django.utils import timezone
 from queue_app import broker
 from queue_app.engine import execution
 from queue_app.engine.execution import Completion
-from tests.helpers import child_env, manage, ready_score, wait_until
+from tests.helpers import child_env, claim_jobs, manage, ready_score, wait_until
 from tests.reconciler.proxy import TcpProxy, postgres_proxy, postgres_via, redis_proxy, redis_via
 from tests.reconciler.support import database_state, enqueue, mark_relayed, redis_state
 
@@ -87,9 +87,9 @@ def seed_every_case() -> dict[str, str]:
     finished = enqueue(1)[0]
     expired = enqueue(1)[0]
     mark_relayed()
-    (claimed,) = execution.claim_jobs([str(finished.id)], worker_id="w")
+    (claimed,) = claim_jobs([str(finished.id)], worker_id="w")
     execution.complete_jobs([Completion(claimed.id, claimed.fence, None)])
-    execution.claim_jobs([str(expired.id)], worker_id="dead")
+    claim_jobs([str(expired.id)], worker_id="dead")
     with connection.cursor() as cursor:
         cursor.execute(
             "UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = %s", [expired.id]

@@ -3,10 +3,10 @@
 import pytest
 from django.db import connection
 
-from queue_app.engine import execution
 from queue_app.models import Job, JobLog, OutboxMessage
 from queue_app.runtime.reconciler import Reconciler
 from queue_app.states import Status
+from tests.helpers import claim_jobs
 from tests.reconciler.support import enqueue, mark_relayed
 
 pytestmark = [pytest.mark.django_db, pytest.mark.redis]
@@ -16,7 +16,7 @@ def running(*, max_attempts: int, lease_offset_ms: int) -> str:
     """A claimed job whose lease ends ``lease_offset_ms`` from the database's now()."""
     (job,) = enqueue(1, max_attempts=max_attempts)
     mark_relayed()
-    (claimed,) = execution.claim_jobs([str(job.id)], worker_id="dead-worker")
+    (claimed,) = claim_jobs([str(job.id)], worker_id="dead-worker")
     with connection.cursor() as cursor:
         cursor.execute(
             "UPDATE jobs SET lease_expires_at = now() + make_interval(secs => %s) WHERE id = %s",

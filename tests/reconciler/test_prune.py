@@ -8,7 +8,7 @@ from queue_app import broker, services
 from queue_app.engine import execution
 from queue_app.engine.execution import Completion
 from queue_app.runtime.reconciler import Reconciler
-from tests.helpers import ready_ids, ready_score
+from tests.helpers import claim_jobs, ready_ids, ready_score
 from tests.reconciler.support import enqueue, expected_member, mark_relayed
 
 pytestmark = [pytest.mark.django_db, pytest.mark.redis]
@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.redis]
 
 def completed_job():
     (job,) = enqueue(1)
-    (claimed,) = execution.claim_jobs([str(job.id)], worker_id="w1")
+    (claimed,) = claim_jobs([str(job.id)], worker_id="w1")
     assert execution.complete_jobs([Completion(claimed.id, claimed.fence, {"ok": True})])
     return str(job.id)
 

@@ -12,6 +12,7 @@ from rest_framework.authtoken.models import Token
 
 from queue_app import services
 from queue_app.engine import execution
+from tests.helpers import claim_jobs
 from tests.web.conftest import request
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True), pytest.mark.redis]
@@ -27,7 +28,7 @@ TRACEBACK = (
 @pytest.fixture
 def failed_job(user):
     job = services.enqueue_job("demo.echo", {}, owner=user)
-    (claimed,) = execution.claim_jobs([str(job.id)], worker_id="visibility-test")
+    (claimed,) = claim_jobs([str(job.id)], worker_id="visibility-test")
     execution.fail_job(
         claimed.id,
         claimed.fence,

@@ -10,6 +10,7 @@ from queue_app.models import Batch, Job, JobLog
 from queue_app.services import JobRequest, batch_counts, cancel_job, enqueue_batch
 from queue_app.states import Status
 from queue_app.testing import run_jobs
+from tests.helpers import claim_jobs
 
 pytestmark = pytest.mark.django_db
 
@@ -63,7 +64,7 @@ def test_a_failed_member_fires_on_complete_and_on_failure_once_and_never_on_succ
 def test_callbacks_wait_for_the_last_member_and_counts_follow():
     batch = enqueue_batch([JobRequest("wf.add"), JobRequest("wf.add")], on_complete=JobRequest("wf.collect"))
     first, second = batch.jobs
-    (claimed,) = execution.claim_jobs([str(first.id)], worker_id="w")
+    (claimed,) = claim_jobs([str(first.id)], worker_id="w")
     execution.complete_jobs([execution.Completion(claimed.id, claimed.fence, 1)])
     counts = batch_counts(batch)
     assert (counts["completed"], counts["queued"], counts["pending"]) == (1, 1, 1)

@@ -27,6 +27,7 @@ from queue_app.services import (
 )
 from queue_app.states import Status
 from queue_app.testing import run_jobs
+from tests.helpers import claim_jobs
 
 pytestmark = pytest.mark.django_db
 
@@ -114,7 +115,7 @@ def test_chord_callback_gets_every_result_in_group_order_whatever_order_they_fin
     names = list(workflow.jobs)
     for name in reversed(names[:10]):
         job = workflow.jobs[name]
-        (claimed,) = execution.claim_jobs([str(job.id)], worker_id="w")
+        (claimed,) = claim_jobs([str(job.id)], worker_id="w")
         execution.complete_jobs([execution.Completion(claimed.id, claimed.fence, job.payload["value"])])
     assert run_jobs().completed == 1
     callback = Job.objects.get(id=workflow.jobs[names[-1]].id)
@@ -186,7 +187,7 @@ def test_a_workflow_in_a_rolled_back_transaction_leaves_nothing():
 def test_cancelling_a_workflow_cancels_every_unfinished_step_and_retry_takes_it_up_again():
     workflow = enqueue_workflow(chain(add(1), add(2), add(3)))
     first, second, third = workflow.jobs.values()
-    (claimed,) = execution.claim_jobs([str(first.id)], worker_id="w")
+    (claimed,) = claim_jobs([str(first.id)], worker_id="w")
     execution.complete_jobs([execution.Completion(claimed.id, claimed.fence, 1)])
 
     assert cancel_workflow(workflow).changed == 2

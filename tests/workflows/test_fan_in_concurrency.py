@@ -15,7 +15,7 @@ from queue_app.engine import execution
 from queue_app.models import Job, JobLog, OutboxMessage
 from queue_app.services import JobRequest, chord, enqueue_workflow
 from queue_app.states import Status
-from tests.helpers import PROJECT_ROOT, child_env, database_url
+from tests.helpers import PROJECT_ROOT, child_env, claim_jobs, database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -54,7 +54,7 @@ def _fan_in():
         )
     )
     first, second, callback = workflow.jobs.values()
-    claimed = execution.claim_jobs([str(first.id), str(second.id)], worker_id="parent")
+    claimed = claim_jobs([str(first.id), str(second.id)], worker_id="parent")
     return [(job.id, job.fence) for job in claimed], callback
 
 
@@ -93,7 +93,7 @@ def test_the_release_commits_with_the_completion_and_rolls_back_with_it():
     parent = JobRequest("wf.add", {"value": 1})
     workflow = enqueue_workflow({"parent": parent, "child": JobRequest("wf.add", depends_on=["parent"])})
     parent_job, child_job = workflow.jobs["parent"], workflow.jobs["child"]
-    (claimed,) = execution.claim_jobs([str(parent_job.id)], worker_id="w")
+    (claimed,) = claim_jobs([str(parent_job.id)], worker_id="w")
 
     def seen_by_another_connection() -> tuple[str, str]:
         with psycopg.connect(database_url(), autocommit=True) as other:

@@ -11,6 +11,7 @@ from queue_app.models import Job, JobDependency, JobLog, JobWait, OutboxMessage
 from queue_app.services import JobRequest, cancel_job, enqueue_job, enqueue_jobs, retry_job
 from queue_app.states import TRANSITION_TABLE, Status
 from queue_app.testing import run_jobs
+from tests.helpers import claim_jobs
 
 pytestmark = pytest.mark.django_db
 
@@ -28,12 +29,12 @@ def outbox_actions(job) -> list[str]:
 
 
 def claim_and_complete(job, result=None):
-    (claimed,) = execution.claim_jobs([str(job.id)], worker_id="w")
+    (claimed,) = claim_jobs([str(job.id)], worker_id="w")
     assert execution.complete_jobs([execution.Completion(claimed.id, claimed.fence, result)])
 
 
 def claim_and_fail(job):
-    (claimed,) = execution.claim_jobs([str(job.id)], worker_id="w")
+    (claimed,) = claim_jobs([str(job.id)], worker_id="w")
     execution.fail_job(claimed.id, claimed.fence, "RuntimeError: boom", retry=False)
 
 
@@ -214,7 +215,7 @@ def test_a_completion_written_with_the_next_claim_releases_its_dependents_in_tha
     parent = enqueue_job("wf.add")
     child = enqueue_job("wf.add", depends_on=[parent])
     other = enqueue_job("wf.add")
-    (claimed,) = execution.claim_jobs([str(parent.id)], worker_id="w")
+    (claimed,) = claim_jobs([str(parent.id)], worker_id="w")
     taken = execution.claim(
         [str(other.id)], worker_id="w", completions=[execution.Completion(claimed.id, claimed.fence, 1)]
     )

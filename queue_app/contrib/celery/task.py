@@ -82,7 +82,7 @@ TASK_OPTIONS = frozenset(
 # Celery's hooks that its worker calls around a run; this worker does not.
 HOOKS = ("before_start", "on_success", "on_failure", "on_retry", "after_return")
 
-# The engine's bound (queue_app.engine.enqueue.MAX_ATTEMPTS_LIMIT), not imported from there:
+# The engine's bound (queue_app.engine.job_requests.MAX_ATTEMPTS_LIMIT), not imported from there:
 # a project's celery.py imports this module while Django loads its settings, before models.
 MAX_ATTEMPTS_LIMIT = 100
 

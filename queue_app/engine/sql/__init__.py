@@ -55,10 +55,6 @@ def query(name: str) -> str:
         raise KeyError(f"no SQL statement named {name!r} in queue_app/engine/sql/") from None
 
 
-def names() -> list[str]:
-    return sorted(_queries())
-
-
 @contextmanager
 def prepared() -> Iterator[psycopg.Cursor]:
     """A cursor on Django's connection (and its transaction) whose statements run prepared.

@@ -1,10 +1,11 @@
-"""The fault-point handler of fault-injection tests and the chaos run.
+"""The fault-point handler of fault-injection tests and the chaos run, kept out of the app.
 
-Installed only when ``JOBSITE_FAILPOINTS`` is set (the settings then name
-``hit`` as ``FAULT_POINT_HANDLER``); production code never imports it.
-``JOBSITE_FAILPOINTS="relay.after_push=kill"`` makes the process SIGKILL
-itself the first time it reaches that point; ``=kill@0.2`` does so with
-probability 0.2 at each hit.
+The relay and the worker call ``FAULT_POINT_HANDLER`` (when set) with the name
+of each fault point they pass; the test settings (tests/settings.py, which the
+chaos run uses too) name ``hit`` there only when ``JOBSITE_FAILPOINTS`` is set.
+``JOBSITE_FAILPOINTS="relay.after_push=kill"`` makes the process SIGKILL itself
+the first time it reaches that point; ``=kill@0.2`` does so with probability
+0.2 at each hit. The app's wheel does not carry this module.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import random
 import signal
 from functools import cache
 
-from queue_app import conf
+from django.conf import settings
+
 from queue_app.observability.logs import get_logger
 
 log = get_logger("queue_app.failpoints")
@@ -23,7 +25,7 @@ log = get_logger("queue_app.failpoints")
 @cache
 def _armed() -> dict[str, float]:
     points = {}
-    for item in filter(None, conf.project_setting("FAILPOINTS").split(",")):
+    for item in filter(None, getattr(settings, "FAILPOINTS", "").split(",")):
         name, _, action = item.partition("=")
         _, _, probability = action.partition("@")
         points[name.strip()] = float(probability or 1.0)
