@@ -26,7 +26,7 @@ from queue_app.contrib.celery.task import Task, registered_task
 
 if TYPE_CHECKING:
     from queue_app.contrib.celery.result import AsyncResult, GroupResult
-    from queue_app.engine.enqueue import JobRequest
+    from queue_app.services import JobRequest
 
 # Options a canvas's apply_async gives every step that sets none of its own.
 STEP_DEFAULTS = ("queue", "priority")

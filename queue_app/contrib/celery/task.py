@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from queue_app.contrib.celery.app import Celery
     from queue_app.contrib.celery.canvas import Signature
     from queue_app.contrib.celery.result import AsyncResult
-    from queue_app.engine.enqueue import JobRequest
+    from queue_app.services import JobRequest
 
 # Options Celery accepts that change nothing here: results are always kept (JSON), claims
 # are leases (a dead worker's job runs again, as acks_late + reject_on_worker_lost), and a
@@ -287,7 +287,7 @@ class Task:
         """The job a call with these arguments and options enqueues, checked before anything is
         written. ``parents`` (a canvas step, canvas.py): which of its parents' results the task
         takes as its first argument, by position, nested as the canvas nests them."""
-        from queue_app.engine.enqueue import JobRequest
+        from queue_app.services import JobRequest
 
         _check_call_options(options)
         args, kwargs = tuple(args or ()), dict(kwargs or {})
