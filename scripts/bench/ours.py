@@ -70,6 +70,12 @@ class Ours(Adapter):
         from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
 
         self._enqueue_job, self._enqueue_jobs, self._request = enqueue_job, enqueue_jobs, JobRequest
+        try:
+            from queue_app.services import chain, chord, enqueue_workflow
+        except ImportError:  # a tree from before workflows
+            return
+        self._chain, self._chord, self._enqueue_workflow = chain, chord, enqueue_workflow
+        self.workflows = True
 
     def reset(self) -> None:
         reset_stores()
@@ -106,6 +112,31 @@ class Ours(Adapter):
             spawn([python(), manage, "runrelay"], env, "ours-relay"),
             spawn([python(), manage, "runworker", f"--concurrency={processes}"], env, "ours-worker"),
         ]
+
+    def enqueue_chord(self, args: list[int], callback_arg: int):
+        header = [self._request(type="bench.noop", payload={"n": arg}) for arg in args]
+        callback = self._request(type="bench.collect", payload={"n": callback_arg})
+        return self._last_job(self._enqueue_workflow(self._chord(header, callback)))
+
+    def enqueue_chain(self, args: list[int]):
+        steps = [self._request(type="bench.noop", payload={"n": arg}) for arg in args]
+        return self._last_job(self._enqueue_workflow(self._chain(*steps)))
+
+    @staticmethod
+    def _last_job(workflow) -> str:
+        return str(list(workflow.jobs.values())[-1].id)
+
+    def finished_at(self, handle) -> float | None:
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT status, extract(epoch FROM completed_at) FROM jobs WHERE id = %s", [handle]
+            )
+            status, completed = cursor.fetchone()
+        if status in ("failed", "cancelled", "expired"):
+            raise RuntimeError(f"workflow job {handle} ended {status}")
+        return float(completed) if status == "completed" else None
 
     def done(self) -> int:
         from django.db import connection

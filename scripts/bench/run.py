@@ -27,7 +27,7 @@ from pathlib import Path
 import backlog
 import history
 from common import BENCH_DIR, ROOT, Workload, python, redis_url
-from report import goals, render
+from report import WORKFLOW_FIGURES, goals, render
 
 PEERS = {
     "pgqueuer": "peer_pgqueuer",
@@ -35,7 +35,7 @@ PEERS = {
     "celery": "peer_celery",
     "django-tasks-db": "peer_djtasks",
 }
-QUICK = Workload(jobs=300, latency_seconds=1, saturation_jobs=200, timeout=120)
+QUICK = Workload(jobs=300, latency_seconds=1, saturation_jobs=200, timeout=120, workflow_repeats=1)
 
 
 def last_json_line(output: str) -> dict:
@@ -187,6 +187,13 @@ def main() -> int:
     if results.get("reconcile", {}).get("reconcile_s") is not None:
         for key in ("reconcile_s", "reconcile_rss_mib"):
             results["medians"].setdefault("ours", {})[key] = results["reconcile"][key]
+    # Systems without workflows show "n/a" for those figures.
+    results["without_workflows"] = sorted(
+        system
+        for system, runs in by_system.items()
+        if (measured := [run["figures"] for run in runs if "figures" in run])
+        and all(WORKFLOW_FIGURES.isdisjoint(figures) for figures in measured)
+    )
     results["ratios"] = {
         peer: {
             key: results["medians"]["ours"][key] / value
