@@ -25,6 +25,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH_DIR = Path(__file__).resolve().parent
+# The tree whose project "ours" runs: this one, or a checkout of an earlier commit (run.py
+# --baseline).
+OURS_TREE = Path(os.environ.get("BENCH_OURS_TREE") or ROOT).resolve()
 POLL_SECONDS = 0.025
 
 # Redis databases of the benchmark (8-12); each system empties its own.
@@ -107,12 +110,12 @@ def wait_until(condition, *, timeout: float, what: str) -> float:
         time.sleep(POLL_SECONDS)
 
 
-def spawn(command: list[str], env: dict[str, str], log_name: str) -> subprocess.Popen:
+def spawn(command: list[str], env: dict[str, str], log_name: str, cwd: Path = ROOT) -> subprocess.Popen:
     """Start a worker command in its own process group, its output into the run's log folder."""
     log_dir = Path(os.environ["BENCH_LOG_DIR"])
     log = open(log_dir / f"{log_name}.log", "ab")  # noqa: SIM115 - closed with the process
     return subprocess.Popen(
-        command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        command, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
 
 

@@ -1,4 +1,8 @@
-"""This project under the common workload: services API in, runrelay + runworker out."""
+"""This project under the common workload: services API in, runrelay + runworker out.
+
+The project comes from ``OURS_TREE``: this checkout, or an earlier commit's (run.py
+--baseline, which gives it databases of its own through BENCH_OURS_DATABASE).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,22 @@ import os
 import sys
 import time
 
-from common import BENCH_DIR, REDIS_DB, ROOT, Adapter, database_url, python, redis_url, spawn
+from common import (
+    BENCH_DIR,
+    OURS_TREE,
+    REDIS_DB,
+    Adapter,
+    database_url,
+    python,
+    redis_url,
+    spawn,
+)
+
+# The tables reset_stores empties, where they exist (an earlier commit may have fewer).
+TABLES = (
+    "jobs, job_logs, job_outbox, job_schedules, job_dependencies, job_waits,"
+    " job_workflow_steps, job_workflows, job_batch_members, job_batches"
+).split(", ")
 
 
 def environment() -> dict[str, str]:
@@ -23,13 +42,13 @@ def environment() -> dict[str, str]:
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "SECURE_SSL_REDIRECT": "0",
         "LOG_FORMAT": "json",
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(BENCH_DIR)]),
+        "PYTHONPATH": os.pathsep.join([str(OURS_TREE), str(BENCH_DIR)]),
     }
 
 
 def setup_django(env: dict[str, str] | None = None) -> None:
     os.environ.update(env or environment())
-    sys.path[:0] = [str(ROOT), str(BENCH_DIR)]
+    sys.path[:0] = [str(OURS_TREE), str(BENCH_DIR)]
     import django
 
     django.setup()
@@ -49,16 +68,14 @@ def reset_stores() -> None:
 
     from queue_app import broker
 
+    existing = set(connection.introspection.table_names())
     with connection.cursor() as cursor:
         if KEEP_HISTORY:
             for table in ("job_logs", "job_outbox"):  # names from this fixed tuple only
                 cursor.execute(f"DELETE FROM {table} WHERE job_id IN (SELECT id FROM jobs WHERE {TODAY})")
             cursor.execute(f"DELETE FROM jobs WHERE {TODAY}")
         else:
-            cursor.execute(
-                "TRUNCATE jobs, job_logs, job_outbox, job_schedules, job_dependencies, job_waits,"
-                " job_workflow_steps, job_workflows, job_batch_members, job_batches"
-            )
+            cursor.execute(f"TRUNCATE {', '.join(name for name in TABLES if name in existing)}")
     broker.get_client().flushdb()
 
 
@@ -107,10 +124,15 @@ class Ours(Adapter):
 
     def start_workers(self, processes: int):
         env = environment()
-        manage = str(ROOT / "manage.py")
+        manage = str(OURS_TREE / "manage.py")
         return [
-            spawn([python(), manage, "runrelay"], env, "ours-relay"),
-            spawn([python(), manage, "runworker", f"--concurrency={processes}"], env, "ours-worker"),
+            spawn([python(), manage, "runrelay"], env, "ours-relay", cwd=OURS_TREE),
+            spawn(
+                [python(), manage, "runworker", f"--concurrency={processes}"],
+                env,
+                "ours-worker",
+                cwd=OURS_TREE,
+            ),
         ]
 
     def enqueue_chord(self, args: list[int], callback_arg: int):

@@ -1,4 +1,5 @@
-"""The printed table: ours (first run, last run) beside each peer, with ours / peer."""
+"""The printed table: ours (first run, last run) beside each peer, with ours / peer (and
+beside ours as of a baseline commit, with current / baseline, when the run has one)."""
 
 from __future__ import annotations
 
@@ -146,6 +147,11 @@ def render(results: dict, peers: list[str]) -> str:
         f"PostgreSQL {machine['server_version']} fsync={machine['fsync']} "
         f"synchronous_commit={machine['synchronous_commit']}; Redis {machine['redis_version']}"
     )
+    if results.get("baseline"):
+        title += (
+            f"\nbaseline: {results['baseline']['subject']}, from a temporary worktree, its rounds paired"
+            " with this tree's in alternating order; ours/baseline is this tree / baseline"
+        )
     table = [title, "", fmt_row(header), fmt_row(["-" * w for w in widths]), *map(fmt_row, lines)]
     if results.get("errors"):
         table += ["", *(f"FAILED {run['system']}: {run['error']}" for run in results["errors"])]
