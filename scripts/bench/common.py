@@ -43,7 +43,8 @@ class Workload:
     timeout: float = 300.0
     chord_jobs: int = 1_000
     chain_steps: int = 20
-    # Chords and chains per repetition (alternated); the repetition's figure is their median.
+    # Chords and chains per repetition (alternated); the repetition's figure is their median;
+    # 0 skips them.
     workflow_repeats: int = 3
 
 
@@ -323,7 +324,7 @@ def measure(adapter: Adapter, workload: Workload) -> dict[str, float]:
     figures.update({f"latency_{key}_ms": value for key, value in fixed.items()})
     figures.update({f"saturation_{key}_ms": value for key, value in saturated.items()})
 
-    if adapter.workflows:
+    if adapter.workflows and workload.workflow_repeats:
         figures.update(_workflows(adapter, workload))
     return figures
 
