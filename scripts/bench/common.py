@@ -4,7 +4,9 @@ Each system is an adapter with the same small interface; ``measure`` drives
 it through enqueue, bulk enqueue, drains with 1 and 2 worker processes and
 enqueue-to-start latency, and returns one flat dict of figures. Start times
 come from the journal every handler appends to (``record_start``), which also
-proves that each job ran exactly once.
+proves that each job ran exactly once. Systems with workflows also run a chord
+(fan-out, then a callback that waits for every job) and a chain, timed from the
+enqueue call to the moment their own state records the last job finished.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH_DIR = Path(__file__).resolve().parent
+# The tree whose project "ours" runs: this one, or a checkout of an earlier commit (run.py
+# --baseline).
+OURS_TREE = Path(os.environ.get("BENCH_OURS_TREE") or ROOT).resolve()
 POLL_SECONDS = 0.025
 
 # Redis databases of the benchmark (8-12); each system empties its own.
@@ -36,6 +41,11 @@ class Workload:
     latency_seconds: float = 10.0
     saturation_jobs: int = 1_000
     timeout: float = 300.0
+    chord_jobs: int = 1_000
+    chain_steps: int = 20
+    # Chords and chains per repetition (alternated); the repetition's figure is their median;
+    # 0 skips them.
+    workflow_repeats: int = 3
 
 
 def database_url(name: str) -> str:
@@ -101,12 +111,12 @@ def wait_until(condition, *, timeout: float, what: str) -> float:
         time.sleep(POLL_SECONDS)
 
 
-def spawn(command: list[str], env: dict[str, str], log_name: str) -> subprocess.Popen:
+def spawn(command: list[str], env: dict[str, str], log_name: str, cwd: Path = ROOT) -> subprocess.Popen:
     """Start a worker command in its own process group, its output into the run's log folder."""
     log_dir = Path(os.environ["BENCH_LOG_DIR"])
     log = open(log_dir / f"{log_name}.log", "ab")  # noqa: SIM115 - closed with the process
     return subprocess.Popen(
-        command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        command, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
 
 
@@ -152,6 +162,26 @@ class Adapter(abc.ABC):
     def done(self) -> int:
         """How many jobs the system's own state says are done."""
         ...
+
+    # Workflows: systems without them leave ``workflows`` False and show no such figures.
+    workflows = False
+
+    def start_workflow_workers(self, processes: int) -> list[subprocess.Popen]:
+        return self.start_workers(processes)
+
+    def enqueue_chord(self, args: list[int], callback_arg: int):
+        """One job per arg side by side, then a callback that waits for all of them and reads
+        their results; a handle for ``finished_at``."""
+        raise NotImplementedError
+
+    def enqueue_chain(self, args: list[int]):
+        """One job per arg, each waiting for the one before; a handle for ``finished_at``."""
+        raise NotImplementedError
+
+    def finished_at(self, handle) -> float | None:
+        """When the system's own state says the handle's last job finished (epoch seconds,
+        as it recorded it), or None while it has not; raises if that job failed."""
+        raise NotImplementedError
 
     def close(self) -> None:  # noqa: B027 - an optional hook
         pass
@@ -200,6 +230,59 @@ def _latencies(adapter: Adapter, sent: dict[int, float], already_done: int, work
     return percentiles([(starts[arg] / 1e6 - t0) * 1000 for arg, t0 in sent.items()])
 
 
+def _finished(adapter: Adapter, handle, workload: Workload, what: str) -> float:
+    finished: list[float] = []
+
+    def recorded() -> bool:
+        at = adapter.finished_at(handle)
+        if at is not None:
+            finished.append(at)
+        return at is not None
+
+    wait_until(recorded, timeout=workload.timeout, what=what)
+    return finished[0]
+
+
+def _workflows(adapter: Adapter, workload: Workload) -> dict[str, float]:
+    """A chord of ``chord_jobs`` and a chain of ``chain_steps``, with workers running and warm
+    (2 processes, as the 2-process drain): each from the time taken just before the enqueue
+    call to the last job's finish as the system recorded it (polled every 25 ms, so the
+    polling adds nothing). The median of ``workflow_repeats`` of each, alternated."""
+    adapter.reset()
+    reset_journal()
+    workers = adapter.start_workflow_workers(2)
+    chords: list[float] = []
+    chains: list[float] = []
+    next_arg = 40_000_000
+    try:
+        _finished(adapter, adapter.enqueue_chain([next_arg]), workload, "the warm-up chain")
+        next_arg += 1
+        for _ in range(workload.workflow_repeats):
+            args = list(range(next_arg, next_arg + workload.chord_jobs))
+            callback = next_arg + workload.chord_jobs
+            next_arg = callback + 1
+            started = time.time()
+            handle = adapter.enqueue_chord(args, callback)
+            chords.append(_finished(adapter, handle, workload, "the chord's callback") - started)
+
+            args = list(range(next_arg, next_arg + workload.chain_steps))
+            next_arg += workload.chain_steps
+            started = time.time()
+            handle = adapter.enqueue_chain(args)
+            chains.append(_finished(adapter, handle, workload, "the chain's last step") - started)
+    finally:
+        stop_all(workers)
+    ran = len(read_journal())  # raises if a job ran twice
+    if ran != next_arg - 40_000_000:
+        raise RuntimeError(f"{ran} of {next_arg - 40_000_000} workflow jobs ran")
+    chain_ms = statistics.median(chains) * 1000
+    return {
+        "chord_ms": statistics.median(chords) * 1000,
+        "chain_ms": chain_ms,
+        "chain_step_ms": chain_ms / workload.chain_steps,
+    }
+
+
 def measure(adapter: Adapter, workload: Workload) -> dict[str, float]:
     """Every figure for one system, one repetition."""
     figures: dict[str, float] = {}
@@ -240,6 +323,9 @@ def measure(adapter: Adapter, workload: Workload) -> dict[str, float]:
         stop_all(workers)
     figures.update({f"latency_{key}_ms": value for key, value in fixed.items()})
     figures.update({f"saturation_{key}_ms": value for key, value in saturated.items()})
+
+    if adapter.workflows and workload.workflow_repeats:
+        figures.update(_workflows(adapter, workload))
     return figures
 
 

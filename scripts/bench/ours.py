@@ -1,4 +1,8 @@
-"""This project under the common workload: services API in, runrelay + runworker out."""
+"""This project under the common workload: services API in, runrelay + runworker out.
+
+The project comes from ``OURS_TREE``: this checkout, or an earlier commit's (run.py
+--baseline, which gives it databases of its own through BENCH_OURS_DATABASE).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,22 @@ import os
 import sys
 import time
 
-from common import BENCH_DIR, REDIS_DB, ROOT, Adapter, database_url, python, redis_url, spawn
+from common import (
+    BENCH_DIR,
+    OURS_TREE,
+    REDIS_DB,
+    Adapter,
+    database_url,
+    python,
+    redis_url,
+    spawn,
+)
+
+# The tables reset_stores empties, where they exist (an earlier commit may have fewer).
+TABLES = (
+    "jobs, job_logs, job_outbox, job_schedules, job_dependencies, job_waits,"
+    " job_workflow_steps, job_workflows, job_batch_members, job_batches"
+).split(", ")
 
 
 def environment() -> dict[str, str]:
@@ -23,13 +42,13 @@ def environment() -> dict[str, str]:
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "SECURE_SSL_REDIRECT": "0",
         "LOG_FORMAT": "json",
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(BENCH_DIR)]),
+        "PYTHONPATH": os.pathsep.join([str(OURS_TREE), str(BENCH_DIR)]),
     }
 
 
 def setup_django(env: dict[str, str] | None = None) -> None:
     os.environ.update(env or environment())
-    sys.path[:0] = [str(ROOT), str(BENCH_DIR)]
+    sys.path[:0] = [str(OURS_TREE), str(BENCH_DIR)]
     import django
 
     django.setup()
@@ -49,16 +68,14 @@ def reset_stores() -> None:
 
     from queue_app import broker
 
+    existing = set(connection.introspection.table_names())
     with connection.cursor() as cursor:
         if KEEP_HISTORY:
             for table in ("job_logs", "job_outbox"):  # names from this fixed tuple only
                 cursor.execute(f"DELETE FROM {table} WHERE job_id IN (SELECT id FROM jobs WHERE {TODAY})")
             cursor.execute(f"DELETE FROM jobs WHERE {TODAY}")
         else:
-            cursor.execute(
-                "TRUNCATE jobs, job_logs, job_outbox, job_schedules, job_dependencies, job_waits,"
-                " job_workflow_steps, job_workflows, job_batch_members, job_batches"
-            )
+            cursor.execute(f"TRUNCATE {', '.join(name for name in TABLES if name in existing)}")
     broker.get_client().flushdb()
 
 
@@ -70,6 +87,12 @@ class Ours(Adapter):
         from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
 
         self._enqueue_job, self._enqueue_jobs, self._request = enqueue_job, enqueue_jobs, JobRequest
+        try:
+            from queue_app.services import chain, chord, enqueue_workflow
+        except ImportError:  # a tree from before workflows
+            return
+        self._chain, self._chord, self._enqueue_workflow = chain, chord, enqueue_workflow
+        self.workflows = True
 
     def reset(self) -> None:
         reset_stores()
@@ -101,11 +124,41 @@ class Ours(Adapter):
 
     def start_workers(self, processes: int):
         env = environment()
-        manage = str(ROOT / "manage.py")
+        manage = str(OURS_TREE / "manage.py")
         return [
-            spawn([python(), manage, "runrelay"], env, "ours-relay"),
-            spawn([python(), manage, "runworker", f"--concurrency={processes}"], env, "ours-worker"),
+            spawn([python(), manage, "runrelay"], env, "ours-relay", cwd=OURS_TREE),
+            spawn(
+                [python(), manage, "runworker", f"--concurrency={processes}"],
+                env,
+                "ours-worker",
+                cwd=OURS_TREE,
+            ),
         ]
+
+    def enqueue_chord(self, args: list[int], callback_arg: int):
+        header = [self._request(type="bench.noop", payload={"n": arg}) for arg in args]
+        callback = self._request(type="bench.collect", payload={"n": callback_arg})
+        return self._last_job(self._enqueue_workflow(self._chord(header, callback)))
+
+    def enqueue_chain(self, args: list[int]):
+        steps = [self._request(type="bench.noop", payload={"n": arg}) for arg in args]
+        return self._last_job(self._enqueue_workflow(self._chain(*steps)))
+
+    @staticmethod
+    def _last_job(workflow) -> str:
+        return str(list(workflow.jobs.values())[-1].id)
+
+    def finished_at(self, handle) -> float | None:
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT status, extract(epoch FROM completed_at) FROM jobs WHERE id = %s", [handle]
+            )
+            status, completed = cursor.fetchone()
+        if status in ("failed", "cancelled", "expired"):
+            raise RuntimeError(f"workflow job {handle} ended {status}")
+        return float(completed) if status == "completed" else None
 
     def done(self) -> int:
         from django.db import connection

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 
-from common import python, spawn, stop_all, wait_until
+from common import OURS_TREE, python, spawn, stop_all, wait_until
 from ours import environment, reset_stores, setup_django
 
 SERVER_PROCESSES = 2
@@ -74,7 +74,8 @@ def main() -> None:
         "WEB_THREADS": str(THREADS_PER_PROCESS),
         "WEB_KEEPALIVE": "30",
     }
-    server = spawn([python(), "manage.py", "runweb", f"--bind=127.0.0.1:{port}"], server_env, "gunicorn")
+    command = [python(), "manage.py", "runweb", f"--bind=127.0.0.1:{port}"]
+    server = spawn(command, server_env, "gunicorn", cwd=OURS_TREE)
     failures: list[str] = []
     try:
         wait_until(lambda: healthy(port), timeout=60, what="gunicorn to answer /api/health/")

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from common import ROOT, database_url, python, redis_url
+from common import OURS_TREE, database_url, python, redis_url
 
 QUEUES = "default,emails,reports:fifo"
 
@@ -51,7 +51,7 @@ def environment() -> dict[str, str]:
 
     return {
         **ours_environment(),
-        "DATABASE_URL": database_url("bench_reconcile"),
+        "DATABASE_URL": database_url(os.environ.get("BENCH_RECONCILE_DATABASE", "bench_reconcile")),
         "REDIS_URL": redis_url(REDIS_DB),
         "JOBQUEUE_QUEUES": QUEUES,
     }
@@ -59,13 +59,11 @@ def environment() -> dict[str, str]:
 
 def seed(n: int) -> float:
     from django.db import connection
+    from ours import reset_stores
 
     started = time.perf_counter()
+    reset_stores()
     with connection.cursor() as cursor:
-        cursor.execute(
-            "TRUNCATE jobs, job_logs, job_outbox, job_schedules, job_dependencies, job_waits,"
-            " job_workflow_steps, job_workflows, job_batch_members, job_batches"
-        )
         cursor.execute(SEED_SQL, {"n": n})
         cursor.execute("VACUUM ANALYZE jobs")
         cursor.execute("VACUUM ANALYZE job_outbox")
@@ -76,8 +74,8 @@ def run_reconciler(env: dict[str, str]) -> tuple[float, float, str]:
     """(wall seconds, peak RSS in MiB, summary line) of one ``reconcile_queue`` child."""
     started = time.perf_counter()
     child = subprocess.Popen(
-        [python(), str(ROOT / "manage.py"), "reconcile_queue"],
-        cwd=ROOT,
+        [python(), str(OURS_TREE / "manage.py"), "reconcile_queue"],
+        cwd=OURS_TREE,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

@@ -1,4 +1,5 @@
-"""The printed table: ours (first run, last run) beside each peer, with ours / peer."""
+"""The printed table: ours (first run, last run) beside each peer, with ours / peer (and
+beside ours as of a baseline commit, with current / baseline, when the run has one)."""
 
 from __future__ import annotations
 
@@ -17,11 +18,19 @@ ROWS = [
     ("saturation_p50_ms", "enqueue-to-start p50, saturated (ms)", "{:.1f}"),
     ("saturation_p95_ms", "enqueue-to-start p95, saturated (ms)", "{:.1f}"),
     ("saturation_p99_ms", "enqueue-to-start p99, saturated (ms)", "{:.1f}"),
+    ("chord_ms", "chord: 1,000 jobs, then a callback; enqueue to callback done, 2 procs (ms)", "{:,.0f}"),
+    ("chain_ms", "chain of 20 steps, enqueue to last step done, 2 procs (ms)", "{:,.1f}"),
+    ("chain_step_ms", "chain, per step (chain / 20) (ms)", "{:.2f}"),
     ("reconcile_s", "reconcile after a Redis flush (s)", "{:.1f}"),
     ("reconcile_rss_mib", "reconcile peak RSS (MiB)", "{:.0f}"),
 ]
 
-# The performance goals: (key, peer or None for an absolute bound, bound, higher is better).
+# Figures of systems with workflows; the others (and a baseline from before them) show "n/a".
+WORKFLOW_FIGURES = frozenset({"chord_ms", "chain_ms", "chain_step_ms"})
+
+# The performance goals: (key, against, bound, higher is better). ``against`` is a peer (the
+# ratio ours / peer; for a time, how many times faster: peer / ours, at least ``bound``), one
+# of our own figures of the same run (ours / that figure), or None (the figure itself).
 GOALS = [
     ("enqueue", "pgqueuer", 1.0, True),
     ("enqueue", "django-tasks-db", 1.5, True),
@@ -31,6 +40,8 @@ GOALS = [
     ("drain_2", "pgqueuer", 1.1, True),
     ("latency_p50_ms", None, 2.0, False),
     ("latency_p99_ms", None, 5.0, False),
+    ("chord_ms", "celery", 3.0, False),
+    ("chain_step_ms", "latency_p50_ms", 2.0, False),
     ("http_submit", None, 1000.0, True),
     ("reconcile_s", None, 60.0, False),
     ("reconcile_rss_mib", None, 256.0, False),
@@ -47,24 +58,36 @@ def goals(results: dict) -> list[dict]:
     ours = results["medians"].get("ours", {})
     full_reconcile = (results.get("reconcile") or {}).get("reconcile_jobs", 0) >= 1_000_000
     judged = []
-    for key, peer, bound, higher in GOALS:
+    for key, against, bound, higher in GOALS:
         if key.startswith("reconcile") and not full_reconcile:
             continue
-        value = results["ratios"].get(peer, {}).get(key) if peer else ours.get(key)
+        goal = {"figure": key, "peer": None, "of": None, "faster": False, "bound": bound, "higher": higher}
+        if against in LABELS:  # one of our own figures
+            value = ours[key] / ours[against] if ours.get(key) is not None and ours.get(against) else None
+            goal["of"] = against
+        elif against:
+            value = results["ratios"].get(against, {}).get(key)
+            if value and not higher:  # a time: how many times faster than the peer
+                value, goal["faster"], goal["higher"] = 1 / value, True, True
+            goal["peer"] = against
+        else:
+            value = ours.get(key)
         if value is None:
             continue
-        met = value >= bound if higher else value <= bound
-        judged.append(
-            {"figure": key, "peer": peer, "bound": bound, "higher": higher, "value": value, "met": met}
-        )
+        met = value >= bound if goal["higher"] else value <= bound
+        judged.append({**goal, "value": value, "met": met})
     return judged
 
 
 def _goal_line(goal: dict) -> str:
     label = LABELS[goal["figure"]]
     sign = ">=" if goal["higher"] else "<="
-    if goal["peer"]:
+    if goal.get("faster"):
+        wanted, reached = f">= {goal['bound']:g}x faster than {goal['peer']}", f"{goal['value']:.2f}x"
+    elif goal["peer"]:
         wanted, reached = f"{sign} {goal['bound']:g}x {goal['peer']}", f"{goal['value']:.2f}x"
+    elif goal.get("of"):
+        wanted, reached = f"{sign} {goal['bound']:g}x {LABELS[goal['of']]}", f"{goal['value']:.2f}x"
     else:
         wanted, reached = f"{sign} {goal['bound']:,g}", f"{goal['value']:,.1f}"
     verdict = "met" if goal["met"] else "not met"
@@ -95,12 +118,16 @@ def render(results: dict, peers: list[str]) -> str:
     header = ["figure", "ours first", "ours last"]
     for peer in peers:
         header += [peer, "ours/" + peer]
+    without_workflows = set(results.get("without_workflows", []))
     lines = []
     for key, label, fmt in ROWS:
         if key not in ours and not any(key in medians.get(peer, {}) for peer in peers):
             continue
         row = [label, _cell(first.get(key, ours.get(key)), fmt), _cell(last.get(key), fmt)]
         for peer in peers:
+            if key in WORKFLOW_FIGURES and peer in without_workflows:
+                row += ["n/a", "n/a"]
+                continue
             value = medians.get(peer, {}).get(key)
             ratio = results["ratios"].get(peer, {}).get(key)
             row += [_cell(value, fmt), "-" if ratio is None else f"{ratio:.2f}x"]
@@ -120,6 +147,11 @@ def render(results: dict, peers: list[str]) -> str:
         f"PostgreSQL {machine['server_version']} fsync={machine['fsync']} "
         f"synchronous_commit={machine['synchronous_commit']}; Redis {machine['redis_version']}"
     )
+    if results.get("baseline"):
+        title += (
+            f"\nbaseline: {results['baseline']['subject']}, from a temporary worktree, its rounds paired"
+            " with this tree's in alternating order; ours/baseline is this tree / baseline"
+        )
     table = [title, "", fmt_row(header), fmt_row(["-" * w for w in widths]), *map(fmt_row, lines)]
     if results.get("errors"):
         table += ["", *(f"FAILED {run['system']}: {run['error']}" for run in results["errors"])]

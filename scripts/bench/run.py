@@ -1,6 +1,6 @@
 """Benchmark this project beside pgqueuer, procrastinate, Celery and django-tasks-db.
 
-    ./dev bench [--quick] [options]        (sets up .venv-bench, then runs this)
+    ./dev bench [--quick] [--baseline REF] [options]   (sets up .venv-bench, then runs this)
 
 Every system runs the same no-op workload on the same PostgreSQL and Redis
 (BENCH_DATABASE_URL, BENCH_REDIS_URL; default the local servers) in
@@ -9,6 +9,12 @@ This project runs first (``--rounds`` - 1 repetitions) and last (one), to show t
 machine's drift; each system's figures are medians of ``--rounds`` repetitions,
 each repetition in a fresh process. Prints a table
 with the ratios ours / peer and writes everything as JSON.
+
+--baseline REF also runs this project as of git ref REF (a commit before a change),
+checked out into a temporary git worktree (removed afterwards) with databases of its
+own (bench_ours_baseline, bench_reconcile_baseline, dropped first): each round of this
+tree is paired with one of the baseline's, in alternating order, and the table adds
+the baseline's figures with the ratio current / baseline beside the peers'.
 """
 
 from __future__ import annotations
@@ -17,17 +23,20 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 
 import backlog
 import history
 from common import BENCH_DIR, ROOT, Workload, python, redis_url
-from report import goals, render
+from report import WORKFLOW_FIGURES, goals, render
 
 PEERS = {
     "pgqueuer": "peer_pgqueuer",
@@ -35,7 +44,12 @@ PEERS = {
     "celery": "peer_celery",
     "django-tasks-db": "peer_djtasks",
 }
-QUICK = Workload(jobs=300, latency_seconds=1, saturation_jobs=200, timeout=120)
+QUICK = Workload(jobs=300, latency_seconds=1, saturation_jobs=200, timeout=120, workflow_repeats=1)
+# The baseline's databases (its migrations may differ from this tree's), by variable.
+BASELINE_DATABASES = {
+    "BENCH_OURS_DATABASE": "bench_ours_baseline",
+    "BENCH_RECONCILE_DATABASE": "bench_reconcile_baseline",
+}
 
 
 def last_json_line(output: str) -> dict:
@@ -74,6 +88,37 @@ def server_facts(env: dict[str, str]) -> dict:
     return facts
 
 
+@contextmanager
+def baseline_tree(ref: str):
+    """A temporary git worktree of ``ref`` (detached), and its commit; removed on the way out."""
+    git = ["git", "-C", str(ROOT)]
+    resolved = subprocess.run(
+        [*git, "rev-parse", "--verify", f"{ref}^{{commit}}"], capture_output=True, text=True
+    )
+    if resolved.returncode != 0:
+        raise SystemExit(f"--baseline: {ref!r} is not a commit of this repository")
+    commit = resolved.stdout.strip()
+    parent = Path(tempfile.mkdtemp(prefix="bench-baseline-"))
+    tree = parent / "tree"
+    try:
+        subprocess.run([*git, "worktree", "add", "--quiet", "--detach", str(tree), commit], check=True)
+        yield tree, commit
+    finally:
+        subprocess.run([*git, "worktree", "remove", "--force", str(tree)], check=False)
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+def drop_databases(env: dict[str, str], names: tuple[str, ...]) -> None:
+    """A baseline starts from empty databases: another commit's migrations may have run there."""
+    import psycopg
+    from psycopg import sql
+
+    base = env.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+    with psycopg.connect(base, autocommit=True) as conn:
+        for name in names:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
 def medians(runs: list[dict]) -> dict[str, float]:
     figures = [run["figures"] for run in runs if "figures" in run]
     keys = sorted({key for figure in figures for key in figure})
@@ -92,6 +137,12 @@ def main() -> int:
     parser.add_argument("--systems", default="ours," + ",".join(PEERS), help="comma-separated; default all")
     parser.add_argument("--reconcile-jobs", type=int, help="queued jobs to reconcile (default 1,000,000)")
     parser.add_argument("--http-requests", type=int, help="POST /api/jobs/ requests (default 3,000)")
+    parser.add_argument(
+        "--baseline",
+        metavar="REF",
+        help="also run this project as of git ref REF (from a temporary worktree), rounds alternated"
+        " with this tree's; prints current / baseline for each of its figures",
+    )
     parser.add_argument(
         "--json", default=str(ROOT / "artifacts" / "bench" / "results.json"), help="output file"
     )
@@ -120,7 +171,18 @@ def main() -> int:
     unknown = [name for name in systems if name != "ours" and name not in PEERS]
     if unknown:
         parser.error(f"--systems: unknown {', '.join(unknown)}; known: ours, {', '.join(PEERS)}")
+    if args.baseline and "ours" not in systems:
+        parser.error("--baseline compares this project with itself: --systems must include ours")
+    if args.baseline and (args.history or args.backlog):
+        parser.error("--baseline runs the standard workload: not with --history or --backlog")
+    if args.baseline:
+        with baseline_tree(args.baseline) as (tree, commit):
+            return run(args, workload, rounds, reconcile_jobs, http_requests, systems, (tree, commit))
+    return run(args, workload, rounds, reconcile_jobs, http_requests, systems, None)
 
+
+def run(args, workload, rounds, reconcile_jobs, http_requests, systems, baseline) -> int:
+    """The whole run; ``baseline`` is (worktree, commit) with --baseline, else None."""
     out = Path(args.json)
     log_dir = out.parent / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -134,10 +196,35 @@ def main() -> int:
         return backlog.run(args.backlog, run_child, out.parent, env)
     if args.history:
         sizes = [int(size.replace("_", "")) for size in args.history.split(",") if size.strip()]
+        # Its figures leave workflows out; its resets delete jobs by SQL, which a workflow's rows refer to.
+        workload = replace(workload, workflow_repeats=0)
         return history.run(sizes, rounds, args.repeat, workload, run_child, out.parent / "history", env)
     results: dict = {"machine": server_facts(env), "workload": asdict(workload), "rounds": rounds, "runs": []}
     started = time.monotonic()
     spec = json.dumps(asdict(workload))
+    # "ours" runs as this tree and, with --baseline, as the baseline's (first on the path).
+    variants = {"ours": env}
+    if baseline:
+        tree, commit = baseline
+        named = "" if commit.startswith(args.baseline) else f"{args.baseline} = "
+        git_log = ["git", "-C", str(ROOT), "log", "-1", "--format=%h %s", commit]
+        subject = named + subprocess.run(git_log, capture_output=True, text=True).stdout.strip()
+        results["baseline"] = {"ref": args.baseline, "commit": commit, "subject": subject}
+        drop_databases(env, tuple(BASELINE_DATABASES.values()))
+        variants["baseline"] = {
+            **env,
+            **BASELINE_DATABASES,
+            "BENCH_OURS_TREE": str(tree),
+            "PYTHONPATH": os.pathsep.join([str(BENCH_DIR), str(tree)]),
+        }
+    pairs = 0
+
+    def ours_order() -> list[str]:
+        """This tree and the baseline, in alternating order from one pair to the next."""
+        nonlocal pairs
+        order = list(variants) if pairs % 2 == 0 else list(reversed(variants))
+        pairs += 1
+        return order
 
     phase_seconds: dict[str, float] = {}
 
@@ -145,13 +232,18 @@ def main() -> int:
         module = "ours" if system == "ours" else PEERS[system]
         phase_started = time.monotonic()
         for index in range(repetitions):
-            print(f"  {system} ({position}) round {index + 1}/{repetitions} ...", file=sys.stderr, flush=True)
-            run = run_child("runner.py", module, spec, env=env)
-            run.setdefault("system", system)
-            run["position"] = position
-            results["runs"].append(run)
-            if "error" in run:
-                print(f"    {system} failed: {run['error']}", file=sys.stderr)
+            for variant in ours_order() if system == "ours" else [system]:
+                print(
+                    f"  {variant} ({position}) round {index + 1}/{repetitions} ...",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                run = run_child("runner.py", module, spec, env=variants.get(variant, env))
+                run["system"] = variant
+                run["position"] = position
+                results["runs"].append(run)
+                if "error" in run:
+                    print(f"    {variant} failed: {run['error']}", file=sys.stderr)
         phase_seconds[f"{system} ({position})"] = time.monotonic() - phase_started
 
     peers = [name for name in systems if name != "ours"]
@@ -160,8 +252,10 @@ def main() -> int:
         if http_requests:
             print(f"  ours HTTP submit, {http_requests} requests ...", file=sys.stderr, flush=True)
             phase_started = time.monotonic()
-            http = [run_child("ours_http.py", str(http_requests), env=env) for _ in range(rounds)]
-            results["http"] = http
+            for _ in range(rounds):
+                for variant in ours_order():
+                    http = run_child("ours_http.py", str(http_requests), env=variants[variant])
+                    results.setdefault("http", []).append({**http, "system": variant})
             phase_seconds["ours HTTP"] = time.monotonic() - phase_started
     for peer in peers:
         measure(peer, "middle", rounds)
@@ -170,7 +264,9 @@ def main() -> int:
         if reconcile_jobs:
             print(f"  ours reconcile, {reconcile_jobs:,} queued jobs ...", file=sys.stderr, flush=True)
             phase_started = time.monotonic()
-            results["reconcile"] = run_child("reconcile.py", str(reconcile_jobs), env=env)
+            for variant in ours_order():
+                reconcile = run_child("reconcile.py", str(reconcile_jobs), env=variants[variant])
+                results["reconcile" if variant == "ours" else f"reconcile_{variant}"] = reconcile
             phase_seconds["ours reconcile"] = time.monotonic() - phase_started
 
     by_system: dict[str, list[dict]] = {}
@@ -180,13 +276,24 @@ def main() -> int:
         if run["system"] == "ours":
             by_system.setdefault("ours", []).append(run)
     results["medians"] = {system: medians(runs) for system, runs in by_system.items()}
-    if results.get("http"):
-        rates = [run["http_submit"] for run in results["http"] if "http_submit" in run]
+    for variant in variants:
+        http = [run for run in results.get("http", []) if run["system"] == variant]
+        rates = [run["http_submit"] for run in http if "http_submit" in run]
         if rates:
-            results["medians"].setdefault("ours", {})["http_submit"] = statistics.median(rates)
-    if results.get("reconcile", {}).get("reconcile_s") is not None:
-        for key in ("reconcile_s", "reconcile_rss_mib"):
-            results["medians"].setdefault("ours", {})[key] = results["reconcile"][key]
+            results["medians"].setdefault(variant, {})["http_submit"] = statistics.median(rates)
+        reconcile = results.get("reconcile" if variant == "ours" else f"reconcile_{variant}") or {}
+        if reconcile.get("reconcile_s") is not None:
+            for key in ("reconcile_s", "reconcile_rss_mib"):
+                results["medians"].setdefault(variant, {})[key] = reconcile[key]
+    # Systems without workflows (or a baseline from before them) show "n/a" for those figures.
+    results["without_workflows"] = sorted(
+        system
+        for system, runs in by_system.items()
+        if (measured := [run["figures"] for run in runs if "figures" in run])
+        and all(WORKFLOW_FIGURES.isdisjoint(figures) for figures in measured)
+    )
+    if baseline:
+        peers = [*peers, "baseline"]
     results["ratios"] = {
         peer: {
             key: results["medians"]["ours"][key] / value

@@ -1,5 +1,5 @@
-"""The no-op job every system runs (journal its start, return its argument), and the
-soak's mixed job."""
+"""The no-op job every system runs (journal its start, return its argument), a chord's
+callback, and the soak's mixed job."""
 
 import time
 
@@ -11,6 +11,14 @@ from queue_app.services import current_job, job_handler
 @job_handler("bench.noop")
 def noop(payload: dict) -> int:
     return record_start(payload["n"])
+
+
+@job_handler("bench.collect")
+def collect(payload: dict) -> int:
+    """A chord's callback: reads the group's results, as Celery's receives them as its argument."""
+    results = current_job().parent_results()
+    record_start(payload["n"])
+    return len(results)
 
 
 class SoakFailure(Exception):
