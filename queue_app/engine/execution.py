@@ -23,6 +23,7 @@ from django.db import connection, transaction
 from queue_app.conf import queue_settings
 from queue_app.engine import selectors, sql
 from queue_app.engine.controls import KEY_LOCK_CLASS, QUEUE_LOCK_CLASS
+from queue_app.engine.released import push_released
 from queue_app.engine.retry_policy import backoff_delay, failure_policy  # noqa: F401 - the runtime's
 from queue_app.engine.transitions import (
     TransitionedJob,
@@ -141,6 +142,7 @@ def claim(
             cursor.execute(sql.query("claim_jobs"), claim_params)
         if completions:
             _completed(completions, done_cursor.fetchall())
+            push_released(settle_cursor.fetchall())
         rows = cursor.fetchall()
     held_back: dict[str, list[str]] = {}
     # Run in pop order (priority, then age); RETURNING order is unspecified.
@@ -221,6 +223,7 @@ def complete_jobs(completions: Sequence[Completion], *, settle_rejected: bool = 
         with sql.one_round_trip():
             cursor.execute(*_completion_statement(completions))
             settle_cursor.execute(*_settle_statement(completions))
+        push_released(settle_cursor.fetchall())
         return _completed(completions, cursor.fetchall(), settle_rejected=settle_rejected)
 
 
