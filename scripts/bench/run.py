@@ -34,6 +34,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 import backlog
+import costs
 import history
 from common import BENCH_DIR, ROOT, Workload, python, redis_url
 from report import WORKFLOW_FIGURES, goals, render
@@ -155,6 +156,9 @@ def main() -> int:
         "--repeat", type=int, default=20, help="with --history: requests per page (p95 reported)"
     )
     parser.add_argument(
+        "--costs", type=int, help="this project only: what one job costs PostgreSQL, Redis and each process"
+    )
+    parser.add_argument(
         "--backlog", type=int, help="this project only: drain a backlog of this many jobs after a Redis loss"
     )
     args = parser.parse_args()
@@ -192,6 +196,8 @@ def run(args, workload, rounds, reconcile_jobs, http_requests, systems, baseline
         "BENCH_LOG_DIR": str(log_dir),
         "PYTHONPATH": os.pathsep.join([str(BENCH_DIR), str(ROOT)]),
     }
+    if args.costs:
+        return costs.run(args.costs, run_child, out.parent, env)
     if args.backlog:
         return backlog.run(args.backlog, run_child, out.parent, env)
     if args.history:
