@@ -399,7 +399,7 @@ def check_redis_agrees(queues: dict[str, bool]) -> Result:
     due time. An id may sit in one structure of one queue, once. An id in flight (popped by a
     worker killed before its claim) counts as present, and is no duplicate of a ready copy (the
     relay's at-least-once re-send): it goes back to ready at its deadline, which must come soon.
-    The wake keys are lists of at most one token. Any other ``queue:*`` key that does not expire
+    The wake keys are lists of at most one token. Any other queue key that does not expire
     (the reconciler's staging keys do) is reported too.
     """
     from django.utils import timezone
@@ -469,7 +469,7 @@ def check_redis_agrees(queues: dict[str, bool]) -> Result:
         for job_id in ids:
             if job_id not in queued:
                 problems.append((job_id, f"in {key} but not a queued job"))
-    for key in client.scan_iter(match="queue:*"):
+    for key in client.scan_iter(match=broker.all_keys_pattern()):
         if key not in members and key not in known_keys and client.ttl(key) == -1:
             problems.append((key, "an unknown queue key that never expires"))
     return Result(
@@ -520,7 +520,7 @@ def check_redis_empty(queues: dict[str, bool]) -> Result:
             allowed.add(broker.fifo_key(queue))
     problems += [
         (key, client.type(key))
-        for key in client.scan_iter(match="queue:*")
+        for key in client.scan_iter(match=broker.all_keys_pattern())
         if key not in allowed and client.ttl(key) == -1
     ]
     return Result(
