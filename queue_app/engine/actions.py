@@ -24,7 +24,7 @@ from queue_app.models import Job, JobLog, OutboxMessage
 from queue_app.observability.logs import get_logger
 from queue_app.states import REENQUEUED, Status
 
-log = get_logger("queue_app.services")
+log = get_logger(__name__)
 
 # Jobs per statement of cancel_jobs and retry_jobs: one UPDATE, one insert of log rows, one of
 # outbox rows each, in a transaction of its own (it holds their row locks until it commits).

@@ -25,7 +25,7 @@ from queue_app.exceptions import InvalidQueueControl, UnknownQueue
 from queue_app.models import KeyBucket, QueueState
 from queue_app.observability.logs import get_logger
 
-log = get_logger("queue_app.controls")
+log = get_logger(__name__)
 
 # The first key of every queue advisory lock (the second is hashtext(name)).
 QUEUE_LOCK_CLASS = 0x51554555

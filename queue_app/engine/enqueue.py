@@ -45,7 +45,7 @@ from queue_app.states import (
     priority_tier,
 )
 
-log = get_logger("queue_app.services")
+log = get_logger(__name__)
 
 MAX_ATTEMPTS_LIMIT = 100
 # A job may be scheduled up to the last time the ready set orders exactly.

@@ -42,7 +42,7 @@ from queue_app.states import (
     Transition,
 )
 
-log = get_logger("queue_app.services")
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from functools import cache
 from queue_app import conf
 from queue_app.observability.logs import get_logger
 
-log = get_logger("queue_app.failpoints")
+log = get_logger(__name__)
 
 
 @cache

@@ -43,7 +43,7 @@ from queue_app.engine import controls, execution, maintenance_leases, selectors
 from queue_app.observability.logs import get_logger
 from queue_app.runtime.outages import OutageGuard
 
-log = get_logger("queue_app.maintenance")
+log = get_logger(__name__)
 
 # How often a candidate asks for the leases (a leader: renews them).
 ELECTION_SECONDS = 1.0

@@ -18,7 +18,7 @@ from django.db import connection
 from queue_app.engine import sql
 from queue_app.observability.logs import get_logger
 
-log = get_logger("queue_app.supervisor")
+log = get_logger(__name__)
 
 # The first key of the two-key advisory lock: "these locks are worker names".
 LOCK_CLASS = 0x6A0B
