@@ -105,7 +105,7 @@ class Job(models.Model):
             ),
             # A claim on a queue with a concurrency limit counts the queue's running jobs:
             # processing, and cancelling until the worker confirms (the claim function in
-            # engine/sql/schema/claim_v3.sql names the same two statuses).
+            # engine/sql/schema/claim_v4.sql names the same two statuses).
             models.Index(
                 fields=["queue"],
                 name="idx_jobs_running_queue",

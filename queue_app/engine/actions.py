@@ -84,7 +84,7 @@ def cancel_job(job_id, *, reason: str = "cancelled by request") -> Job:
 def retry_job(job_id, *, reason: str = "retried by request") -> Job:
     """Queue a failed or cancelled job again, with one more attempt allowed.
 
-    Attempts are never reset (they fence stale workers); instead max_attempts
+    Attempts are never reset (they number the attempts in the job's log); instead max_attempts
     rises to at least attempts + 1, and the log row records it before and after
     (``max_attempts_before``, ``max_attempts``). A job still cancelling keeps the request
     and is queued when its worker confirms the cancel: never claimable while the old

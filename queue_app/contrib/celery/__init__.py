@@ -8,7 +8,7 @@
 
 Tasks are job handlers (task.py), results are job rows (result.py). Add
 ``"queue_app.contrib.celery"`` to INSTALLED_APPS so workers import the task
-modules (apps.py). docs/how-to/move-from-celery.md maps every option.
+modules (apps.py). docs/how-to/from-celery.md maps every option.
 """
 
 from queue_app.contrib.celery import states

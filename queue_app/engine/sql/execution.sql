@@ -1,7 +1,8 @@
 -- Running jobs, set-based: the batched claim and completion, the lease
--- rescue and the heartbeat. Fenced by jobs.fence (+1 per claim, never lowered). Statuses, events
--- and log levels are bound from states.TRANSITION_TABLE (%(sources)s,
--- %(target)s, %(event)s, %(level)s), never written here as literals.
+-- rescue and the heartbeat. Fenced by jobs.fence (+1 per claim, never lowered). The
+-- transitions' statuses, events and log levels are bound from states.TRANSITION_TABLE
+-- (%(sources)s, %(target)s, %(event)s, %(level)s). The literal statuses left are no
+-- transition's: mark_started's guard, and expire_queued_jobs' condition of its index.
 
 -- name: claim_jobs
 -- The queue locks, then the compare-and-set claim, in one call: the function

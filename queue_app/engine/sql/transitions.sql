@@ -83,7 +83,7 @@ UPDATE jobs SET retry_requested = true
 RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_at
 
 -- name: retry
--- Attempts are never reset (they fence stale workers): max_attempts rises instead,
+-- Attempts are never reset (they number the attempts in the job's log): max_attempts rises instead,
 -- to one more than the attempts made, and the log row records it before and after.
 -- "before" locks the rows first, so it reads the value this UPDATE replaces.
 UPDATE jobs SET status = %(target)s, max_attempts = GREATEST(jobs.max_attempts, jobs.attempts + 1),
