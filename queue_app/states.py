@@ -76,7 +76,7 @@ class Transition:
     level: str
     # The outbox action when Redis must change ("enqueue", "schedule", "remove"), else None.
     outbox: str | None
-    # A running job's transition: fenced by the claim's token (jobs.fence, raised by each claim),
+    # A running job's transition: fenced by the claim's token (queue_app_jobs.fence, raised by each claim),
     # so the worker of an earlier claim changes nothing; its log row records the attempt.
     fenced: bool
     # Its enqueue puts a strict-FIFO job at the head of the list: the job was taken from

@@ -1,6 +1,6 @@
 """One running worker per ``--name``: a session-level PostgreSQL advisory lock.
 
-A worker's name is its identity in ``jobs.worker_id``; a restarted worker
+A worker's name is its identity in ``queue_app_jobs.worker_id``; a restarted worker
 settles the jobs its name still holds, so two live workers with one name
 would settle each other's running jobs. The supervisor holds the lock on a
 dedicated connection (outside Django's pool, which is closed before every

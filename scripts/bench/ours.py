@@ -44,8 +44,9 @@ def reset_stores() -> None:
 
     with connection.cursor() as cursor:
         cursor.execute(
-            "TRUNCATE jobs, job_logs, job_outbox, job_schedules, job_dependencies, job_waits,"
-            " job_workflow_steps, job_workflows, job_batch_members, job_batches"
+            "TRUNCATE queue_app_jobs, queue_app_job_logs, queue_app_job_outbox, queue_app_job_schedules,"
+            " queue_app_job_dependencies, queue_app_job_waits, queue_app_job_workflow_steps,"
+            " queue_app_job_workflows, queue_app_job_batch_members, queue_app_job_batches"
         )
     broker.get_client().flushdb()
 
@@ -76,7 +77,7 @@ class Ours(Adapter):
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT count(*), extract(epoch FROM max(dispatch_after) - now()) "
-                "FROM job_outbox WHERE dispatched_at IS NULL"
+                "FROM queue_app_job_outbox WHERE dispatched_at IS NULL"
             )
             pending, wait = cursor.fetchone()
         # Jobs pushed to Redis by their enqueuer (DISPATCH_ON_COMMIT) leave their rows to
@@ -99,7 +100,7 @@ class Ours(Adapter):
         from django.db import connection
 
         with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*) FROM jobs WHERE status = 'completed'")
+            cursor.execute("SELECT count(*) FROM queue_app_jobs WHERE status = 'completed'")
             return cursor.fetchone()[0]
 
 

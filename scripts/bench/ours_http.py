@@ -94,7 +94,9 @@ def main() -> None:
     if failures:
         raise SystemExit(f"{len(failures)} requests failed, e.g. {failures[0]}")
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM jobs WHERE payload->>'n' >= '0' AND (payload->>'n')::int >= 0")
+        cursor.execute(
+            "SELECT count(*) FROM queue_app_jobs WHERE payload->>'n' >= '0' AND (payload->>'n')::int >= 0"
+        )
         created = cursor.fetchone()[0]
     if created != requests:
         raise SystemExit(f"{created} jobs exist after {requests} accepted requests")

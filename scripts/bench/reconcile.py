@@ -25,8 +25,9 @@ QUEUES = "default,emails,reports:fifo"
 # Queued jobs only: 20% scheduled 10 minutes ahead, the rest due; 3 queues, 3 tiers.
 # Each has the outbox row the relay dispatched an hour ago (outside the grace).
 SEED_SQL = """
-INSERT INTO jobs (id, type, queue, payload, priority, priority_value, status, attempts, max_attempts,
-                  next_retry_at, enqueued_at, created_at, last_error, last_error_class, last_error_traceback,
+INSERT INTO queue_app_jobs (id, type, queue, payload, priority, priority_value, status, attempts,
+                            max_attempts, next_retry_at, enqueued_at, created_at, last_error,
+                            last_error_class, last_error_traceback,
                   idempotency_fingerprint, worker_id, backend)
 SELECT gen_random_uuid(), 'bench.noop',
        (ARRAY['default', 'default', 'emails', 'reports'])[1 + (g %% 4)],
@@ -39,8 +40,8 @@ SELECT gen_random_uuid(), 'bench.noop',
             ELSE now() - interval '2 hours' + g * interval '1 ms' END,
        now() - interval '2 hours' + g * interval '1 ms', '', '', '', '', '', ''
   FROM generate_series(1, %(n)s) AS g;
-INSERT INTO job_outbox (job_id, action, queue, score, created_at, dispatched_at)
-SELECT id, 'enqueue', queue, 0, created_at, created_at + interval '5 ms' FROM jobs;
+INSERT INTO queue_app_job_outbox (job_id, action, queue, score, created_at, dispatched_at)
+SELECT id, 'enqueue', queue, 0, created_at, created_at + interval '5 ms' FROM queue_app_jobs;
 """
 
 REDIS_DB = 10
@@ -63,12 +64,13 @@ def seed(n: int) -> float:
     started = time.perf_counter()
     with connection.cursor() as cursor:
         cursor.execute(
-            "TRUNCATE jobs, job_logs, job_outbox, job_schedules, job_dependencies, job_waits,"
-            " job_workflow_steps, job_workflows, job_batch_members, job_batches"
+            "TRUNCATE queue_app_jobs, queue_app_job_logs, queue_app_job_outbox, queue_app_job_schedules,"
+            " queue_app_job_dependencies, queue_app_job_waits, queue_app_job_workflow_steps,"
+            " queue_app_job_workflows, queue_app_job_batch_members, queue_app_job_batches"
         )
         cursor.execute(SEED_SQL, {"n": n})
-        cursor.execute("VACUUM ANALYZE jobs")
-        cursor.execute("VACUUM ANALYZE job_outbox")
+        cursor.execute("VACUUM ANALYZE queue_app_jobs")
+        cursor.execute("VACUUM ANALYZE queue_app_job_outbox")
     return time.perf_counter() - started
 
 

@@ -82,7 +82,7 @@ class KeysNamed:
 def backdate_relay() -> None:
     """As if the relay had sent every row an hour ago: the reconciler's grace is over."""
     with connection.cursor() as cursor:
-        cursor.execute("UPDATE job_outbox SET dispatched_at = now() - interval '1 hour'")
+        cursor.execute("UPDATE queue_app_job_outbox SET dispatched_at = now() - interval '1 hour'")
 
 
 def test_every_key_the_queue_names_carries_the_prefix(redis_client, queue_config):
