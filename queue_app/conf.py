@@ -79,13 +79,16 @@ class QueueSettings:
     METRICS_TOKEN: str = ""
     # OpenTelemetry spans and trace links (queue_app/observability/tracing.py); needs opentelemetry-api.
     TRACING_ENABLED: bool = False
+    # Put in front of every Redis key the queue writes ("jobs:" gives jobs:queue:{default}:priority),
+    # so several projects, or several deployments of one, can share a Redis database.
+    REDIS_KEY_PREFIX: str = ""
 
 
 DEFAULT_QUEUES = {"default": False}
 # The longest any *_SECONDS setting or command interval may be (ten years): far past any
 # sensible value, and well inside what sleeps, select() and PostgreSQL intervals accept.
 MAX_SECONDS = 10 * 365 * 24 * 3600
-_NON_NUMERIC_KEYS = {"QUEUES", "SCHEDULES", "METRICS_TOKEN"}
+_NON_NUMERIC_KEYS = {"QUEUES", "SCHEDULES", "METRICS_TOKEN", "REDIS_KEY_PREFIX"}
 _BOOLEAN_KEYS = {"METRICS_ENABLED", "TRACING_ENABLED", "DISPATCH_ON_COMMIT"}
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
@@ -123,6 +126,23 @@ def parse_bool(key: str, value: Any) -> bool:
     raise SettingError(f"JOBQUEUE['{key}'] must be a boolean (1/0, true/false), not {value!r}")
 
 
+def parse_key_prefix(value: Any) -> str:
+    """A string with no braces: a brace in it would become the keys' hash tag in a Redis
+    Cluster, and every queue would share one slot instead of the queue name choosing it."""
+    if not isinstance(value, str):
+        raise SettingError(f"JOBQUEUE['REDIS_KEY_PREFIX'] must be a string, not {value!r}")
+    if "{" in value or "}" in value:
+        raise SettingError(
+            f"JOBQUEUE['REDIS_KEY_PREFIX'] must not contain {{ or }} (the hash tag is the queue"
+            f" name's), not {value!r}"
+        )
+    if any(not character.isprintable() or character.isspace() for character in value):
+        raise SettingError(
+            f"JOBQUEUE['REDIS_KEY_PREFIX'] must not contain spaces or control characters, not {value!r}"
+        )
+    return value
+
+
 def build(raw: dict[str, Any]) -> QueueSettings:
     """Coerce and validate raw values; raises SettingError naming the key."""
     unknown = set(raw) - {f.name for f in fields(QueueSettings)}
@@ -136,6 +156,7 @@ def build(raw: dict[str, Any]) -> QueueSettings:
     if not isinstance(token, str):
         raise SettingError("JOBQUEUE['METRICS_TOKEN'] must be a string")
     values["METRICS_TOKEN"] = token
+    values["REDIS_KEY_PREFIX"] = parse_key_prefix(raw.get("REDIS_KEY_PREFIX", ""))
     for setting in fields(QueueSettings):
         if setting.name not in raw or setting.name in _NON_NUMERIC_KEYS:
             continue

@@ -73,7 +73,7 @@ class Job(models.Model):
     concurrency_key = models.CharField(max_length=255, null=True, blank=True)
     # A queued job with a key waits out of Redis while another job of its key is ready:
     # each key has one id in line at a time, and the claim that takes it puts the key's
-    # next job at the back of the line (round robin among keys, claim_v4.sql).
+    # next job at the back of the line (round robin among keys, claim_v5.sql).
     parked = models.BooleanField(default=False, db_default=False)
     # Indexed only where set (see Meta): jobs enqueued from code have no owner.
     owner = models.ForeignKey(
@@ -97,7 +97,7 @@ class Job(models.Model):
     trace_context = models.JSONField(null=True, blank=True, editable=False)
 
     class Meta:
-        db_table = "jobs"
+        db_table = "queue_app_jobs"
         ordering = ["-created_at"]
         indexes = [
             models.Index(fields=["status"], name="idx_jobs_status"),
@@ -110,14 +110,14 @@ class Job(models.Model):
             ),
             # A claim on a queue with a concurrency limit counts the queue's running jobs:
             # processing, and cancelling until the worker confirms (the claim function in
-            # engine/sql/schema/claim_v3.sql names the same two statuses).
+            # engine/sql/schema/claim_v5.sql names the same two statuses).
             models.Index(
                 fields=["queue"],
                 name="idx_jobs_running_queue",
                 condition=models.Q(status__in=["processing", "cancelling"]),
             ),
             # A claim on a queue with per-key limits counts the running jobs of a popped job's
-            # key (engine/sql/schema/claim_v4.sql). Partial: jobs without a key pay nothing.
+            # key (engine/sql/schema/claim_v5.sql). Partial: jobs without a key pay nothing.
             models.Index(
                 fields=["queue", "concurrency_key"],
                 name="idx_jobs_running_key",
@@ -207,7 +207,7 @@ class JobLog(models.Model):
     extra = models.JSONField(default=dict, blank=True)
 
     class Meta:
-        db_table = "job_logs"
+        db_table = "queue_app_job_logs"
         ordering = ["created_at", "id"]
 
     def __str__(self) -> str:
@@ -241,7 +241,7 @@ class OutboxMessage(models.Model):
     to_head = models.BooleanField(default=False, db_default=False)
 
     class Meta:
-        db_table = "job_outbox"
+        db_table = "queue_app_job_outbox"
         ordering = ["id"]
         indexes = [
             # The relay's hot query: pending rows in id order.
@@ -284,7 +284,7 @@ class ScheduleState(models.Model):
     created_at = models.DateTimeField(db_default=Now())
 
     class Meta:
-        db_table = "job_schedules"
+        db_table = "queue_app_job_schedules"
         ordering = ["name"]
 
     def __str__(self) -> str:
@@ -310,13 +310,13 @@ class QueueState(models.Model):
     rate_updated_at = models.DateTimeField(null=True, blank=True, editable=False)
     # Per concurrency key (any value of Job.concurrency_key in this queue): at most this many
     # of the key's jobs running at once, and at most this many starts per second (a token
-    # bucket per key in job_key_buckets, burst max(1, rate)). NULL = no limit.
+    # bucket per key in queue_app_job_key_buckets, burst max(1, rate)). NULL = no limit.
     key_concurrency_limit = models.PositiveIntegerField(null=True, blank=True)
     key_rate_limit = models.FloatField(null=True, blank=True)
     updated_at = models.DateTimeField(db_default=Now())
 
     class Meta:
-        db_table = "job_queues"
+        db_table = "queue_app_job_queues"
         ordering = ["name"]
         constraints = [
             models.CheckConstraint(
@@ -353,7 +353,7 @@ class KeyBucket(models.Model):
     updated_at = models.DateTimeField()
 
     class Meta:
-        db_table = "job_key_buckets"
+        db_table = "queue_app_job_key_buckets"
 
     def __str__(self) -> str:
         return f"{self.queue}: {self.key}"
@@ -376,7 +376,7 @@ class MaintenanceLease(models.Model):
     acquired_at = models.DateTimeField(db_default=Now())
 
     class Meta:
-        db_table = "job_maintenance_leases"
+        db_table = "queue_app_job_maintenance_leases"
         ordering = ["queue"]
 
     def __str__(self) -> str:
@@ -400,7 +400,7 @@ class Workflow(models.Model):
     created_at = models.DateTimeField(db_default=Now())
 
     class Meta:
-        db_table = "job_workflows"
+        db_table = "queue_app_job_workflows"
         ordering = ["-created_at"]
 
     def __str__(self) -> str:
@@ -417,7 +417,7 @@ class WorkflowStep(models.Model):
     position = models.PositiveIntegerField(default=0)
 
     class Meta:
-        db_table = "job_workflow_steps"
+        db_table = "queue_app_job_workflow_steps"
         ordering = ["workflow", "position"]
         constraints = [models.UniqueConstraint(fields=["workflow", "name"], name="uq_workflow_step_name")]
 
@@ -439,7 +439,7 @@ class JobDependency(models.Model):
     position = models.PositiveIntegerField(default=0)
 
     class Meta:
-        db_table = "job_dependencies"
+        db_table = "queue_app_job_dependencies"
         ordering = ["job", "position"]
         constraints = [models.UniqueConstraint(fields=["job", "depends_on"], name="uq_job_dependency")]
         indexes = [
@@ -469,7 +469,7 @@ class JobWait(models.Model):
     )
 
     class Meta:
-        db_table = "job_waits"
+        db_table = "queue_app_job_waits"
         indexes = [
             # A retried job resumes the jobs its failure cancelled.
             models.Index(
@@ -506,7 +506,7 @@ class Batch(models.Model):
     )
 
     class Meta:
-        db_table = "job_batches"
+        db_table = "queue_app_job_batches"
         ordering = ["-created_at"]
 
     def __str__(self) -> str:
@@ -518,4 +518,4 @@ class BatchMember(models.Model):
     batch = models.ForeignKey(Batch, on_delete=models.CASCADE, related_name="members")
 
     class Meta:
-        db_table = "job_batch_members"
+        db_table = "queue_app_job_batch_members"

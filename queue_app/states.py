@@ -76,7 +76,8 @@ class Transition:
     level: str
     # The outbox action when Redis must change ("enqueue", "schedule", "remove"), else None.
     outbox: str | None
-    # A running job's transition: fenced by the attempt number, which its log row records.
+    # A running job's transition: fenced by the claim's token (queue_app_jobs.fence, raised by each claim),
+    # so the worker of an earlier claim changes nothing; its log row records the attempt.
     fenced: bool
     # Its enqueue puts a strict-FIFO job at the head of the list: the job was taken from
     # there and never started, so it stays ahead of the jobs enqueued after it.
@@ -112,7 +113,7 @@ TRANSITION_TABLE: dict[str, Transition] = {
             False,
         ),
         # Workflows (engine/workflows.py): the settle of a job's last dependency releases it, in
-        # the same transaction (queue_settle_dependents_v1, engine/sql/schema/workflows_v1.sql,
+        # the same transaction (queue_settle_dependents_v2, engine/sql/schema/workflows_v2.sql,
         # which writes these log rows and the release's outbox row itself) ...
         Transition(
             "release", frozenset({Status.WAITING}), Status.QUEUED, "released", "info", "enqueue", False

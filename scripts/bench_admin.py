@@ -31,8 +31,8 @@ BENCH_QUEUES = "default,emails,reports:fifo"
 
 # Shares of the job table, in percent: what a busy, healthy system looks like.
 SEED_SQL = """
-INSERT INTO jobs (id, type, queue, payload, priority, priority_value, status, attempts, max_attempts,
-                  next_retry_at, enqueued_at, created_at, started_at, completed_at,
+INSERT INTO queue_app_jobs (id, type, queue, payload, priority, priority_value, status, attempts,
+                            max_attempts, next_retry_at, enqueued_at, created_at, started_at, completed_at,
                   last_error, last_error_class, last_error_traceback, result, idempotency_key,
                   idempotency_fingerprint, owner_id, worker_id, lease_expires_at, backend)
 SELECT gen_random_uuid(),
@@ -75,23 +75,23 @@ SELECT gen_random_uuid(),
 
 # Every job gets its 'enqueued' row, finished ones a closing row too.
 SEED_LOGS_SQL = """
-INSERT INTO job_logs (job_id, created_at, level, event, message, extra)
+INSERT INTO queue_app_job_logs (job_id, created_at, level, event, message, extra)
 SELECT id, created_at, 'info', 'enqueued', 'enqueued on ' || queue || ' (' || priority || ')', '{}'
-  FROM jobs ORDER BY created_at;
-INSERT INTO job_logs (job_id, created_at, level, event, message, extra)
+  FROM queue_app_jobs ORDER BY created_at;
+INSERT INTO queue_app_job_logs (job_id, created_at, level, event, message, extra)
 SELECT id, completed_at,
        CASE WHEN status = 'failed' THEN 'error' ELSE 'info' END,
        status, last_error, jsonb_build_object('attempt', attempts)
-  FROM jobs WHERE status IN ('completed', 'failed', 'cancelled') ORDER BY completed_at;
+  FROM queue_app_jobs WHERE status IN ('completed', 'failed', 'cancelled') ORDER BY completed_at;
 """
 
 # The outbox keeps a week of dispatched rows and a small pending backlog.
 SEED_OUTBOX_SQL = """
-INSERT INTO job_outbox (job_id, action, queue, score, created_at, dispatched_at)
+INSERT INTO queue_app_job_outbox (job_id, action, queue, score, created_at, dispatched_at)
 SELECT id, 'enqueue', queue, 0, created_at,
        CASE WHEN status = 'queued' AND created_at > now() - interval '2 minutes' THEN NULL
             ELSE created_at + interval '5 ms' END
-  FROM jobs WHERE created_at > now() - interval '7 days' ORDER BY created_at;
+  FROM queue_app_jobs WHERE created_at > now() - interval '7 days' ORDER BY created_at;
 """
 
 
@@ -112,8 +112,9 @@ def seed(n: int) -> None:
     started = time.perf_counter()
     with connection.cursor() as cursor:
         cursor.execute(
-            "TRUNCATE jobs, job_logs, job_outbox, job_schedules, job_dependencies, job_waits,"
-            " job_workflow_steps, job_workflows, job_batch_members, job_batches"
+            "TRUNCATE queue_app_jobs, queue_app_job_logs, queue_app_job_outbox, queue_app_job_schedules,"
+            " queue_app_job_dependencies, queue_app_job_waits, queue_app_job_workflow_steps,"
+            " queue_app_job_workflows, queue_app_job_batch_members, queue_app_job_batches"
         )
         cursor.execute(
             SEED_SQL, {"n": n, "types": registered_types(), "queues": list(queue_settings().QUEUES)}
@@ -128,7 +129,7 @@ def vacuum_analyze() -> None:
 
     started = time.perf_counter()
     with connection.cursor() as cursor:
-        for table in ("jobs", "job_logs", "job_outbox"):
+        for table in ("queue_app_jobs", "queue_app_job_logs", "queue_app_job_outbox"):
             cursor.execute(f"VACUUM ANALYZE {table}")
     print(f"vacuum analyze in {time.perf_counter() - started:.1f} s")
 
@@ -137,7 +138,7 @@ def job_count() -> int:
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM jobs")
+        cursor.execute("SELECT count(*) FROM queue_app_jobs")
         return cursor.fetchone()[0]
 
 
@@ -196,22 +197,23 @@ def ensure_owner() -> None:
 
     owner, _ = get_user_model().objects.get_or_create(username="bench-owner")
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM jobs WHERE owner_id = %s", [owner.pk])
+        cursor.execute("SELECT count(*) FROM queue_app_jobs WHERE owner_id = %s", [owner.pk])
         if cursor.fetchone()[0] == OWNED_JOBS:
             return
-        cursor.execute("UPDATE jobs SET owner_id = NULL WHERE owner_id IS NOT NULL")
+        cursor.execute("UPDATE queue_app_jobs SET owner_id = NULL WHERE owner_id IS NOT NULL")
         cursor.execute(
             """
-            UPDATE jobs SET owner_id = %(owner)s
+            UPDATE queue_app_jobs SET owner_id = %(owner)s
              WHERE id IN (SELECT id
                             FROM (SELECT id, row_number() OVER (ORDER BY created_at) - 1 AS position
-                                    FROM jobs) AS numbered
-                           WHERE position %% greatest((SELECT count(*) FROM jobs) / %(owned)s, 1) = 0
+                                    FROM queue_app_jobs) AS numbered
+                           WHERE position %%
+                                 greatest((SELECT count(*) FROM queue_app_jobs) / %(owned)s, 1) = 0
                            LIMIT %(owned)s)
             """,
             {"owner": owner.pk, "owned": OWNED_JOBS},
         )
-        cursor.execute("ANALYZE jobs")
+        cursor.execute("ANALYZE queue_app_jobs")
 
 
 def time_pages(repeat: int, verbose: bool = False) -> None:

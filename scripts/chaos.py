@@ -233,7 +233,7 @@ def count_unsettled() -> int:
 
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*) FROM jobs WHERE status IN ('queued', 'processing')"
+            "SELECT count(*) FROM queue_app_jobs WHERE status IN ('queued', 'processing')"
             " AND NOT coalesce((payload->>'far')::bool, false)"
         )
         return cursor.fetchone()[0]
@@ -273,7 +273,8 @@ def busy_worker_names() -> set[str]:
     try:
         with connection.cursor() as cursor:
             cursor.execute(
-                "SELECT DISTINCT split_part(worker_id, '/', 1) FROM jobs WHERE status = 'processing'"
+                "SELECT DISTINCT split_part(worker_id, '/', 1) FROM queue_app_jobs"
+                " WHERE status = 'processing'"
             )
             return {row[0] for row in cursor.fetchall()}
     except (DatabaseError, InterfaceError):
@@ -291,7 +292,7 @@ def long_jobs_by_worker(min_sleep: float = 0.5, stubborn: bool = False) -> dict[
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT split_part(worker_id, '/', 1), id::text, fence,"
-                " coalesce(extract(epoch FROM started_at), 0)::float8 FROM jobs"
+                " coalesce(extract(epoch FROM started_at), 0)::float8 FROM queue_app_jobs"
                 " WHERE status = 'processing' AND coalesce((payload->>'sleep')::float, 0) >= %s"
                 " AND (%s OR coalesce((payload->>'stubborn')::bool, false)) ORDER BY started_at",
                 [min_sleep, not stubborn],
@@ -309,7 +310,7 @@ def reclaimed(job_id: str, fence: int) -> bool:
     try:
         with connection.cursor() as cursor:
             cursor.execute(
-                "SELECT 1 FROM jobs WHERE id = %s AND status = 'processing' AND fence > %s",
+                "SELECT 1 FROM queue_app_jobs WHERE id = %s AND status = 'processing' AND fence > %s",
                 [job_id, fence],
             )
             return cursor.fetchone() is not None

@@ -19,7 +19,7 @@ from django.conf import settings
 
 from queue_app.observability.logs import get_logger
 
-log = get_logger("queue_app.failpoints")
+log = get_logger(__name__)
 
 
 @cache

@@ -1,8 +1,8 @@
 """Every periodic query reads an index range of its own rows, not the tables.
 
 The reconciler, the relay and retention run their queries again and again while the
-job table grows; a plan that scans jobs, job_logs or job_outbox costs more with every
-finished job. The plans here come from a table of 150,000 jobs (logs and outbox rows
+job table grows; a plan that scans queue_app_jobs, queue_app_job_logs or queue_app_job_outbox
+costs more with every finished job. The plans here come from a table of 150,000 jobs (logs and outbox rows
 with them) that PostgreSQL has ANALYZEd, not from planner switches such as
 enable_seqscan = off, which would hide a missing index behind any index at all.
 
@@ -26,7 +26,7 @@ from queue_app.runtime.relay import Relay
 
 JOBS = 150_000
 DAYS = 30
-BIG_TABLES = {"jobs", "job_logs", "job_outbox"}
+BIG_TABLES = {"queue_app_jobs", "queue_app_job_logs", "queue_app_job_outbox"}
 
 # A month of history: 2% of the jobs queued (the newest), 20 running with expired leases,
 # the rest finished (80% completed, 10% failed, 10% cancelled) one second after their
@@ -34,8 +34,9 @@ BIG_TABLES = {"jobs", "job_logs", "job_outbox"}
 # relayed but for the newest 100, which a committing process pushed itself (their
 # dispatch_after is still ahead: the relay leaves them for now).
 SEED = """
-INSERT INTO jobs (id, type, queue, payload, priority, priority_value, status, attempts, fence, max_attempts,
-                  next_retry_at, enqueued_at, created_at, started_at, completed_at, last_error,
+INSERT INTO queue_app_jobs (id, type, queue, payload, priority, priority_value, status, attempts, fence,
+                            max_attempts, next_retry_at, enqueued_at, created_at, started_at,
+                            completed_at, last_error,
                   last_error_class, last_error_traceback, idempotency_fingerprint, worker_id,
                   lease_expires_at, backend)
 SELECT lpad(to_hex(g), 32, '0')::uuid, 'probe.run', (ARRAY['default', 'bulk'])[1 + g %% 2], '{}', 'medium', 0,
@@ -54,16 +55,16 @@ SELECT lpad(to_hex(g), 32, '0')::uuid, 'probe.run', (ARRAY['default', 'bulk'])[1
                                  WHEN g %% 10 = 0 THEN 'failed'
                                  WHEN g %% 10 = 1 THEN 'cancelled'
                                  ELSE 'completed' END AS status) AS s;
-INSERT INTO job_logs (job_id, created_at, level, event, message, extra)
-SELECT id, created_at, 'info', 'enqueued', '', '{}' FROM jobs;
-INSERT INTO job_outbox (job_id, action, queue, score, member, created_at, dispatched_at, dispatch_after,
-                        to_head)
+INSERT INTO queue_app_job_logs (job_id, created_at, level, event, message, extra)
+SELECT id, created_at, 'info', 'enqueued', '', '{}' FROM queue_app_jobs;
+INSERT INTO queue_app_job_outbox (job_id, action, queue, score, member, created_at, dispatched_at,
+                                  dispatch_after, to_head)
 SELECT id, 'enqueue', queue, 0, '', created_at,
        CASE WHEN NOT newest THEN created_at + interval '5 ms' END,
        CASE WHEN newest THEN now() + interval '1 hour' END, false
   FROM (SELECT id, queue, created_at, id > lpad(to_hex(%(jobs)s - 100), 32, '0')::uuid AS newest
-          FROM jobs) AS j;
-ANALYZE jobs, job_logs, job_outbox;
+          FROM queue_app_jobs) AS j;
+ANALYZE queue_app_jobs, queue_app_job_logs, queue_app_job_outbox;
 """
 
 
@@ -117,12 +118,14 @@ def test_each_periodic_query_reads_an_index_range_on_a_big_table(queue_config):
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute(SEED, {"jobs": JOBS, "days": DAYS})
-            cursor.execute("SELECT id::text FROM jobs WHERE status = 'queued' ORDER BY id")
+            cursor.execute("SELECT id::text FROM queue_app_jobs WHERE status = 'queued' ORDER BY id")
             queued = [row[0] for row in cursor.fetchall()]
 
         # The relay (first: the rescue below writes due rows, which it would send to Redis):
         # its batch of due rows, as it runs (none is due, so it stops before Redis) ...
-        (batch,) = [statement for statement in captured(Relay().relay_batch) if "job_outbox" in statement]
+        (batch,) = [
+            statement for statement in captured(Relay().relay_batch) if "queue_app_job_outbox" in statement
+        ]
         assert_bounded(batch, index="idx_outbox_undispatched")
         # ... its prune of rows relayed before the retention, as it runs, and the same
         # statement where a week's retention leaves most of the outbox to delete.
@@ -137,7 +140,7 @@ def test_each_periodic_query_reads_an_index_range_on_a_big_table(queue_config):
         for after in (None, queued[len(queued) // 2]):
             page = {"grace": 30, "after": after, "limit": 1000}
             assert_bounded(sql.query("queued_jobs_page"), page, index="idx_jobs_queued_id")
-        assert_bounded(sql.query("known_ids"), {"ids": queued[:1000]}, index="jobs_pkey")
+        assert_bounded(sql.query("known_ids"), {"ids": queued[:1000]}, index="queue_app_jobs_pkey")
         assert_bounded(sql.query("expired_leases_page"), {"after": None, "limit": 1000})
         for statement in captured(lambda: execution.rescue_expired_leases(limit=1000)):
             assert_bounded(statement)
@@ -156,7 +159,7 @@ def test_each_periodic_query_reads_an_index_range_on_a_big_table(queue_config):
                 finished_before=dict.fromkeys(("completed", "failed", "cancelled"), early), batch_size=1000
             )
         )
-        assert any(statement.startswith('DELETE FROM "job_logs"') for statement in statements)
+        assert any(statement.startswith('DELETE FROM "queue_app_job_logs"') for statement in statements)
         for statement in statements:
             assert_bounded(statement)
         transaction.set_rollback(True)

@@ -33,9 +33,9 @@ def _indexes(table: str) -> dict[str, str]:
 
 @pytest.mark.django_db
 def test_job_table_has_exactly_the_original_indexes():
-    indexes = _indexes("jobs")
+    indexes = _indexes("queue_app_jobs")
     assert set(indexes) == {
-        "jobs_pkey",
+        "queue_app_jobs_pkey",
         "idx_jobs_status",
         "idx_jobs_type",
         "idx_jobs_created_at",
@@ -81,7 +81,7 @@ def test_job_table_has_exactly_the_original_indexes():
     assert indexes["idx_jobs_finished_at"].endswith(
         "USING btree (status, completed_at) WHERE (completed_at IS NOT NULL)"
     )
-    assert "UNIQUE" in indexes["jobs_pkey"]
+    assert "UNIQUE" in indexes["queue_app_jobs_pkey"]
     assert indexes["idx_jobs_status"].endswith("USING btree (status)")
     assert indexes["idx_jobs_type"].endswith("USING btree (type)")
     assert indexes["idx_jobs_created_at"].endswith("USING btree (created_at)")
@@ -92,13 +92,15 @@ def test_job_table_has_exactly_the_original_indexes():
     assert indexes["uq_jobs_owner_idempotency_key"].endswith(
         "USING btree (idempotency_key, owner_id) NULLS NOT DISTINCT WHERE (idempotency_key IS NOT NULL)"
     )
-    non_unique = [name for name in indexes if name not in ("jobs_pkey", "uq_jobs_owner_idempotency_key")]
+    non_unique = [
+        name for name in indexes if name not in ("queue_app_jobs_pkey", "uq_jobs_owner_idempotency_key")
+    ]
     assert all("UNIQUE" not in indexes[name] for name in non_unique)
 
 
 @pytest.mark.django_db
 def test_outbox_has_a_partial_index_on_undispatched_rows():
-    indexes = _indexes("job_outbox")
+    indexes = _indexes("queue_app_job_outbox")
     assert indexes["idx_outbox_undispatched"].endswith("USING btree (id) WHERE (dispatched_at IS NULL)")
 
 
@@ -217,8 +219,8 @@ def test_the_migrations_make_the_indexes_and_constraints_of_the_models(namespace
     assert sorted(from_models) == sorted(migrated)
     for key, definition in migrated.items():
         assert from_models[key] == definition, key
-    assert from_models[("jobs", "index", "idx_jobs_running_queue")].startswith(
-        "CREATE INDEX idx_jobs_running_queue ON jobs USING btree (queue) WHERE"
+    assert from_models[("queue_app_jobs", "index", "idx_jobs_running_queue")].startswith(
+        "CREATE INDEX idx_jobs_running_queue ON queue_app_jobs USING btree (queue) WHERE"
     )
 
 
@@ -236,12 +238,13 @@ def test_the_claim_v3_migration_reverses_and_applies_again():
     try:
         executor.migrate([parent.key])
         assert not [f for f in _functions(namespace) if f.startswith("queue_claim_jobs_v3(")]
+        # Before migration 0026 the table had its first name.
         assert "idx_jobs_processing_queue" in _indexes("jobs")
         assert "idx_jobs_running_queue" not in _indexes("jobs")
         assert [f for f in _functions(namespace) if f.startswith("queue_claim_jobs(")]
     finally:
         executor = MigrationExecutor(connection)
         executor.migrate(leaves)
-    indexes = _indexes("jobs")
+    indexes = _indexes("queue_app_jobs")
     assert "idx_jobs_running_queue" in indexes and "idx_jobs_processing_queue" not in indexes
     assert {f.split("(")[0] for f in _functions(namespace)} >= {"queue_claim_jobs_v3", "queue_claim_jobs"}

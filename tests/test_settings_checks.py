@@ -49,6 +49,11 @@ BAD_VALUES = [
     ({"JOB_LOG_LINES_PER_SECOND": 0}, "JOBQUEUE['JOB_LOG_LINES_PER_SECOND'] must be greater than 0, not 0"),
     # A fraction for a whole number is refused, not cut (int(2.5) would be 2).
     ({"JOB_LOG_LINES_PER_SECOND": 2.5}, "JOBQUEUE['JOB_LOG_LINES_PER_SECOND'] must be a whole number"),
+    # A brace would make the prefix the keys' Redis Cluster hash tag instead of the queue name.
+    ({"REDIS_KEY_PREFIX": "{site}:"}, "JOBQUEUE['REDIS_KEY_PREFIX'] must not contain { or }"),
+    ({"REDIS_KEY_PREFIX": "site }"}, "JOBQUEUE['REDIS_KEY_PREFIX'] must not contain { or }"),
+    ({"REDIS_KEY_PREFIX": "my site:"}, "JOBQUEUE['REDIS_KEY_PREFIX'] must not contain spaces or control"),
+    ({"REDIS_KEY_PREFIX": 7}, "JOBQUEUE['REDIS_KEY_PREFIX'] must be a string, not 7"),
 ]
 
 

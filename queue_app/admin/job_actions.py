@@ -71,8 +71,8 @@ class JobActionsMixin:
             notes.append(
                 f"Max attempts raised for {counts.max_attempts_raised} of them: they had used every"
                 " attempt, so max_attempts rose to one more than their attempts to allow this run."
-                " Attempts are never reset (they fence stale workers); each job's log records its"
-                " max_attempts before and after."
+                " Attempts are never reset (they number the job's attempts in its log); each job's log"
+                " records its max_attempts before and after."
             )
         return counts.changed, skipped, notes
 

@@ -40,7 +40,7 @@ from queue_app.broker.client import REDIS_ERRORS
 from queue_app.engine.sql import prepared, query
 from queue_app.observability.logs import get_logger
 
-log = get_logger("queue_app.api")
+log = get_logger(__name__)
 
 KEY_PREFIX = "auth-failures:"
 

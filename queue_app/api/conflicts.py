@@ -18,7 +18,7 @@ from django.db import OperationalError, connection
 from queue_app import conf
 from queue_app.observability.logs import get_logger
 
-log = get_logger("queue_app.api")
+log = get_logger(__name__)
 
 TRANSACTION_CONFLICT_STATES = frozenset({"40001", "40P01"})  # serialization_failure, deadlock_detected
 

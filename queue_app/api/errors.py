@@ -26,7 +26,7 @@ from queue_app.api.parsers import RequestTooLarge
 from queue_app.exceptions import JobsRejected, QueueError
 from queue_app.observability.logs import get_logger
 
-log = get_logger("queue_app.api")
+log = get_logger(__name__)
 
 # The HTTP status of each domain error code; any other code is a 400.
 STATUS_BY_CODE = {

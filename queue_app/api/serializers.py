@@ -260,7 +260,7 @@ class RetriedJobSerializer(JobSerializer):
         allow_null=True,
         help_text="Set when the job had used every attempt: max_attempts rose from `before` to"
         " `after` (one more than its attempts) to allow this run, as attempts are never reset"
-        " (they fence stale workers). Null when the retry left max_attempts as it was.",
+        " (they number the attempts in the job's log). Null when the retry left max_attempts as it was.",
     )
 
     class Meta(JobSerializer.Meta):

@@ -290,9 +290,9 @@ class JobViewSet(QueueAPIDefaults, mixins.ListModelMixin, mixins.RetrieveModelMi
         summary="Retry a job",
         description=(
             "Failed or cancelled jobs only; it is queued again with one more attempt allowed. Attempts"
-            " are never reset (they fence stale workers): a job that used every attempt has its"
-            " max_attempts raised to one more than its attempts, which `max_attempts_raised` and"
-            " the job's log trail say."
+            " are never reset (they number the attempts in the job's log): a job that used every"
+            " attempt has its max_attempts raised to one more than its attempts, which"
+            " `max_attempts_raised` and the job's log trail say."
         ),
         request=None,
         responses={

@@ -1,6 +1,7 @@
 """The Redis layout, in one place: keys, scores, push, pop and promote. No ORM here.
 
-Per queue, with a hash tag so one queue's keys share a Redis Cluster slot:
+Per queue, with a hash tag so one queue's keys share a Redis Cluster slot, each key
+after JOBQUEUE['REDIS_KEY_PREFIX'] (empty by default):
 
     queue:{name}:priority         sorted set of ready ids; score = -priority (-100..100),
                                   member = "<16-digit µs since 2020>:<id>", so equal
@@ -36,9 +37,11 @@ from queue_app.broker.client import REDIS_ERRORS, connect, get_client, is_cluste
 from queue_app.broker.fifo_prune import prune_list
 from queue_app.broker.keys import (
     RECONCILE_KEY_TTL_SECONDS,
+    all_keys_pattern,
     fifo_key,
     inflight_key,
     inflight_places_key,
+    key_prefix,
     priority_key,
     ready_key,
     reconcile_members_key,
@@ -96,6 +99,7 @@ __all__ = [
     "Intent",
     "Lookup",
     "acknowledge",
+    "all_keys_pattern",
     "apply",
     "push_ready",
     "send_ready",
@@ -108,6 +112,7 @@ __all__ = [
     "fifo_key",
     "inflight_key",
     "inflight_places_key",
+    "key_prefix",
     "member_job_id",
     "get_client",
     "is_cluster",

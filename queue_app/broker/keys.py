@@ -1,11 +1,31 @@
-"""Key names: per queue, with a hash tag so one queue's keys share a Redis Cluster slot."""
+"""Key names: per queue, with a hash tag so one queue's keys share a Redis Cluster slot.
+
+Every key starts with ``JOBQUEUE['REDIS_KEY_PREFIX']`` (empty by default), so projects
+sharing a Redis database each see only their own keys.
+"""
 
 from __future__ import annotations
 
+import re
+
+from queue_app.conf import queue_settings
+
+
+def key_prefix() -> str:
+    """What every key the queue writes starts with: JOBQUEUE['REDIS_KEY_PREFIX']."""
+    return queue_settings().REDIS_KEY_PREFIX
+
 
 def _queue_key(queue: str, suffix: str) -> str:
-    """``queue:{<name>}:<suffix>``: the braces are a literal hash tag (one cluster slot per queue)."""
-    return f"queue:{{{queue}}}:{suffix}"
+    """``<prefix>queue:{<name>}:<suffix>``: the braces are a literal hash tag (one cluster slot
+    per queue); the prefix holds no braces (conf.parse_key_prefix), so it never takes the tag's place."""
+    return f"{key_prefix()}queue:{{{queue}}}:{suffix}"
+
+
+def all_keys_pattern() -> str:
+    """A SCAN ``MATCH`` pattern for every key of every queue under this prefix (the prefix's
+    own glob characters escaped, so they match only themselves)."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", key_prefix()) + "queue:*"
 
 
 def priority_key(queue: str) -> str:

@@ -30,7 +30,7 @@ from queue_app.broker.keys import priority_key, wake_key
 from queue_app.broker.ready import PUSH_READY_SCRIPT, push_ready, push_ready_args
 from queue_app.observability.logs import get_logger
 
-log = get_logger("queue_app.broker")
+log = get_logger(__name__)
 
 
 class _Sender:

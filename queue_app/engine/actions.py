@@ -24,7 +24,7 @@ from queue_app.models import Job, JobLog, OutboxMessage
 from queue_app.observability.logs import get_logger
 from queue_app.states import REENQUEUED, Status
 
-log = get_logger("queue_app.services")
+log = get_logger(__name__)
 
 # Jobs per statement of cancel_jobs and retry_jobs: one UPDATE, one insert of log rows, one of
 # outbox rows each, in a transaction of its own (it holds their row locks until it commits).
@@ -84,7 +84,7 @@ def cancel_job(job_id, *, reason: str = "cancelled by request") -> Job:
 def retry_job(job_id, *, reason: str = "retried by request") -> Job:
     """Queue a failed or cancelled job again, with one more attempt allowed.
 
-    Attempts are never reset (they fence stale workers); instead max_attempts
+    Attempts are never reset (they number the attempts in the job's log); instead max_attempts
     rises to at least attempts + 1, and the log row records it before and after
     (``max_attempts_before``, ``max_attempts``). A job still cancelling keeps the request
     and is queued when its worker confirms the cancel: never claimable while the old

@@ -1,6 +1,6 @@
 """Queue controls: pause and resume a queue, limit how many of its jobs run at once and how fast.
 
-The ``job_queues`` row (``QueueState``) is the record, and the claim statement
+The ``queue_app_job_queues`` row (``QueueState``) is the record, and the claim statement
 reads it, so a control holds across every worker on every host as soon as it
 commits. Each change takes the queue's exclusive advisory lock, which every
 claim of the queue holds (shared) until it commits: ``pause_queue`` returns
@@ -25,13 +25,13 @@ from queue_app.exceptions import InvalidQueueControl, UnknownQueue
 from queue_app.models import KeyBucket, QueueState
 from queue_app.observability.logs import get_logger
 
-log = get_logger("queue_app.controls")
+log = get_logger(__name__)
 
 # The first key of every queue advisory lock (the second is hashtext(name)).
 QUEUE_LOCK_CLASS = 0x51554555
 # The first key of every concurrency key's advisory lock (the second is
 # hashtext(queue || '/' || key)): the enqueue takes it to park a job behind its key's job in
-# line, the claim tries it to give the key its next turn (engine/sql/schema/claim_v4.sql).
+# line, the claim tries it to give the key its next turn (engine/sql/schema/claim_v5.sql).
 KEY_LOCK_CLASS = QUEUE_LOCK_CLASS + 1
 
 # What a limit may be set to; larger numbers would mean "no limit" anyway.

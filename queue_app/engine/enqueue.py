@@ -42,7 +42,7 @@ from queue_app.states import (
     Status,
 )
 
-log = get_logger("queue_app.services")
+log = get_logger(__name__)
 
 
 @dataclass(slots=True)
@@ -302,7 +302,7 @@ def _takes_turns(job: _Planned) -> bool:
 def _park(planned: list[_Planned], rows: list[dict[str, Any]], indexes: list[int]) -> None:
     """Park each job (of ``indexes``) whose key already has a job in line, or gets one
     earlier in this call: one id per key in Redis at a time, the claim of which gives the
-    key its next turn (round robin among keys, claim_v4.sql). Takes the keys' locks, held
+    key its next turn (round robin among keys, claim_v5.sql). Takes the keys' locks, held
     until the caller's transaction ends."""
     pairs = sorted({(planned[index].queue, str(planned[index].request.concurrency_key)) for index in indexes})
     params = {

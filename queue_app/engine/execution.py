@@ -1,4 +1,4 @@
-"""Running jobs: the claim, completions, failures and leases, fenced by ``jobs.fence``.
+"""Running jobs: the claim, completions, failures and leases, fenced by ``queue_app_jobs.fence``.
 
 ``fence`` goes up by one on every claim and never down; ``attempts`` counts the
 claims charged to the job (a hand-back takes one back). Every write made for a
@@ -48,7 +48,7 @@ from queue_app.states import (
     Transition,
 )
 
-log = get_logger("queue_app.services")
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ class Claim:
     held_by_key: frozenset[str] = frozenset()
 
 
-# The claim settles an expired id it pops (claim_v4.sql): bound from the table like its own.
+# The claim settles an expired id it pops (claim_v5.sql): bound from the table like its own.
 _EXPIRE_PARAMS = {
     "expire_target": transition("expire").target,
     "expire_event": transition("expire").event,
@@ -441,7 +441,7 @@ def expire_queued_jobs(limit: int = 1000, *, queues: Sequence[str] | None = None
 def release_stalled_keys(queues: Sequence[str], *, limit: int = 1000) -> int:
     """Give their next turn to keys of ``queues`` with parked jobs and none in line (their
     ready job was cancelled, or the claim that took it could not lock the key): how many
-    jobs were unparked (sent to Redis through the outbox). See claim_v4.sql."""
+    jobs were unparked (sent to Redis through the outbox). See claim_v5.sql."""
     with connection.cursor() as cursor:
         cursor.execute(
             sql.query("release_stalled_keys"),

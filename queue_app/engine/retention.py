@@ -13,7 +13,7 @@ from queue_app.models import Job
 from queue_app.observability.logs import get_logger
 from queue_app.states import TERMINAL
 
-log = get_logger("queue_app.services")
+log = get_logger(__name__)
 
 # A long prune reports its running totals this often (a million rows take minutes).
 PROGRESS_EVERY_SECONDS = 5.0

@@ -25,7 +25,7 @@ from queue_app.exceptions import RETRY_AFTER_MAX_SECONDS, RetryAfter
 from queue_app.handlers import HandlerSpec
 from queue_app.observability.logs import get_logger
 
-log = get_logger("queue_app.services")
+log = get_logger(__name__)
 
 
 def exponential_delay(attempt: int, *, base: float, cap: float) -> float:

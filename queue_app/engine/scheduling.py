@@ -21,7 +21,7 @@ from queue_app.models import Job, ScheduleState
 from queue_app.observability.logs import get_logger
 from queue_app.schedules import Schedule
 
-log = get_logger("queue_app.scheduler")
+log = get_logger(__name__)
 
 
 def ensure_schedule_states(schedules: list[Schedule], *, now: datetime) -> None:

@@ -160,7 +160,7 @@ def record_transitions(
 
 def settle_dependents(job_ids: Sequence) -> list[tuple[str, str]]:
     """Release or cancel the waiting dependents of jobs that just settled, in the caller's
-    transaction (``queue_settle_dependents_v1``); returns (id, new status) of those moved."""
+    transaction (``queue_settle_dependents_v2``); returns (id, new status) of those moved."""
     with connection.cursor() as cursor:
         cursor.execute(sql.query("settle_dependents"), {"ids": [str(job_id) for job_id in job_ids]})
         return [(str(job_id), status) for job_id, status in cursor.fetchall()]

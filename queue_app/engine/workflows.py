@@ -1,10 +1,10 @@
 """Workflows and batches: jobs that wait for other jobs, enqueued as one graph.
 
-A job with ``depends_on`` is inserted ``waiting``, with one ``job_dependencies`` row
-per dependency and a ``job_waits`` row holding its failure policy. It is never in Redis
+A job with ``depends_on`` is inserted ``waiting``, with one ``queue_app_job_dependencies`` row
+per dependency and a ``queue_app_job_waits`` row holding its failure policy. It is never in Redis
 while it waits. The transaction that settles a job (its completion, its final failure,
 its cancel) decides the job's waiting dependents in the same commit
-(``queue_settle_dependents_v1`` in ``sql/schema/workflows_v1.sql``): released to
+(``queue_settle_dependents_v2`` in ``sql/schema/workflows_v2.sql``): released to
 ``queued`` with their outbox row, or cancelled with a reason naming the dependency.
 Whatever crashes, a dependent is released at most once, and never left waiting once
 every dependency has settled: there is no counter outside the rows it reads.

@@ -50,5 +50,7 @@ class _Logger:
 
 
 def get_logger(name: str) -> Any:
-    """The logger the app's module ``name`` (``queue_app.worker``, ...) writes its events to."""
+    """The logger a module of the app writes its events to, named after it: ``get_logger(__name__)``
+    (``queue_app.runtime.worker``, ...), so a project's LOGGING can pick out one module or all of
+    ``queue_app``."""
     return _Logger(name)

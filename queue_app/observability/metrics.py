@@ -9,7 +9,7 @@ anything, and prometheus_client is never imported.
 
 Several processes: with ``PROMETHEUS_MULTIPROC_DIR`` set before a process
 starts, prometheus_client keeps its values in files there, and /metrics sums
-every process's files (see ``exposition.py``). ``runsystem`` sets it up.
+every process's files (see ``counters_registry``). ``runsystem`` sets it up.
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ class Instruments:
 
 @cache
 def instruments() -> Instruments:
-    """The metric objects, made on first use (not registered globally: ``exposition`` picks a registry)."""
+    """The metric objects, made on first use (not registered globally: ``counters_registry``
+    picks a registry)."""
     from prometheus_client import Counter, Histogram
 
     def counter(name: str, documentation: str, labels: tuple[str, ...] = JOB_LABELS) -> Any:

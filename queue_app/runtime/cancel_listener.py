@@ -18,7 +18,7 @@ from queue_app.exceptions import CancelRequested
 from queue_app.observability.logs import get_logger
 from queue_app.runtime.holdings import Holdings
 
-log = get_logger("queue_app.worker")
+log = get_logger(__name__)
 
 # How long a wait for a notification lasts before the thread looks whether it must stop.
 WAIT_SECONDS = 1.0

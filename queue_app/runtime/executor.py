@@ -46,7 +46,7 @@ from queue_app.runtime.holdings import Attempt, Holdings
 from queue_app.runtime.outages import OutageGuard
 from queue_app.states import COMPLETION_FENCED
 
-log = get_logger("queue_app.executor")
+log = get_logger(__name__)
 
 # What an atomic handler's call returns: its completion is already written.
 ALREADY_COMPLETED = object()

@@ -32,7 +32,7 @@ from queue_app.states import Status
 if TYPE_CHECKING:
     from queue_app.runtime.worker import Worker
 
-log = get_logger("queue_app.worker")
+log = get_logger(__name__)
 
 TICK_SECONDS = 0.1
 # How often an attempt asked to stop is interrupted again while its handler runs on

@@ -20,7 +20,7 @@ Three chores keep a queue moving between reconcile passes:
 Each is safe to run twice at once (the scripts move only what the calling call
 removed, the rescue is a conditional UPDATE with SKIP LOCKED), so the election
 is about cost, not correctness: one process per queue does them instead of
-every worker. The leader holds the queue's row in ``job_maintenance_leases``
+every worker. The leader holds the queue's row in ``queue_app_job_maintenance_leases``
 and renews it every ELECTION_SECONDS; one that dies, stalls or loses PostgreSQL
 stops renewing, and another candidate takes the row once it has expired
 (LEADER_LEASE_SECONDS, database clock). Two leaders at once need a leader to
@@ -43,7 +43,7 @@ from queue_app.engine import controls, execution, maintenance_leases, selectors
 from queue_app.observability.logs import get_logger
 from queue_app.runtime.outages import OutageGuard
 
-log = get_logger("queue_app.maintenance")
+log = get_logger(__name__)
 
 # How often a candidate asks for the leases (a leader: renews them).
 ELECTION_SECONDS = 1.0

@@ -16,7 +16,7 @@ from django.db import DatabaseError, InterfaceError, connection
 from queue_app import broker
 from queue_app.observability.logs import get_logger
 
-log = get_logger("queue_app.outages")
+log = get_logger(__name__)
 
 T = TypeVar("T")
 

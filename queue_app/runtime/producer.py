@@ -23,7 +23,7 @@ from queue_app.engine import controls, execution, selectors
 from queue_app.engine.execution import Claim, Completion
 from queue_app.observability.logs import get_logger
 
-log = get_logger("queue_app.worker")
+log = get_logger(__name__)
 
 # How often a worker re-reads its queues' controls (pause, limits) for its pops. The
 # claim reads them itself, so a stale view costs a put-back, never a wrong claim.

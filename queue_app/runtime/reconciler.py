@@ -55,7 +55,7 @@ from queue_app.runtime.outages import OutageGuard
 from queue_app.runtime.stop_signal import StopSignal
 from queue_app.states import Status
 
-log = get_logger("queue_app.reconciler")
+log = get_logger(__name__)
 
 # Counted actions, in summary order.
 RESTORED_READY = "restored_ready"

@@ -53,7 +53,7 @@ from queue_app.observability.logs import get_logger
 from queue_app.runtime.outages import OutageGuard
 from queue_app.states import Status
 
-log = get_logger("queue_app.relay")
+log = get_logger(__name__)
 
 PRUNE_EVERY_SECONDS = 60.0
 PRUNE_CHUNK = 5000

@@ -33,7 +33,7 @@ from queue_app.runtime.outages import STORE_ERRORS, OutageGuard
 from queue_app.runtime.stop_signal import StopSignal
 from queue_app.schedules import Schedule, all_schedules
 
-log = get_logger("queue_app.scheduler")
+log = get_logger(__name__)
 
 MIN_SLEEP_SECONDS = 0.01
 # A schedule handled further ahead of the database clock than this saw the clock go back.

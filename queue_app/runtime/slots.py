@@ -44,7 +44,7 @@ from queue_app.payloads import check_result
 from queue_app.runtime.executor import Executor, HandedBack
 from queue_app.runtime.holdings import Attempt
 
-log = get_logger("queue_app.worker")
+log = get_logger(__name__)
 
 # After the grace period, how long cancelled coroutines get to hand their jobs back.
 CANCEL_WAIT_SECONDS = 2.0

@@ -43,7 +43,7 @@ from queue_app.runtime.running_job import RunningJob
 from queue_app.runtime.worker import STOP_SIGNALS, ChildReport
 from queue_app.runtime.worker_name import WorkerNameInUse, WorkerNameLock
 
-log = get_logger("queue_app.supervisor")
+log = get_logger(__name__)
 
 RESTART_BACKOFF_SECONDS = 1.0
 # A child that stopped at its --max-jobs, its jobs settled: replaced at once.

@@ -52,7 +52,7 @@ from queue_app.runtime.producer import CONTROLS_REFRESH_SECONDS, Producer
 from queue_app.runtime.running_job import RunningJob
 from queue_app.runtime.slots import Slots
 
-log = get_logger("queue_app.worker")
+log = get_logger(__name__)
 
 # The signals that ask a worker (and its supervisor) to stop after the current job.
 STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})

@@ -1,6 +1,6 @@
 """One running worker per ``--name``: a session-level PostgreSQL advisory lock.
 
-A worker's name is its identity in ``jobs.worker_id``; a restarted worker
+A worker's name is its identity in ``queue_app_jobs.worker_id``; a restarted worker
 settles the jobs its name still holds, so two live workers with one name
 would settle each other's running jobs. The supervisor holds the lock on a
 dedicated connection (outside Django's pool, which is closed before every
@@ -18,7 +18,7 @@ from django.db import connection
 from queue_app.engine import sql
 from queue_app.observability.logs import get_logger
 
-log = get_logger("queue_app.supervisor")
+log = get_logger(__name__)
 
 # The first key of the two-key advisory lock: "these locks are worker names".
 LOCK_CLASS = 0x6A0B

@@ -69,7 +69,7 @@ def measure(n: int) -> dict:
     figures["backlog_enqueue"] = n / (time.perf_counter() - started)
     with connection.cursor() as cursor:
         # Rows of ids the enqueuer pushed itself wait out RELAY_GRACE_SECONDS (ours.after_enqueue).
-        cursor.execute("SELECT extract(epoch FROM max(dispatch_after) - now()) FROM job_outbox")
+        cursor.execute("SELECT extract(epoch FROM max(dispatch_after) - now()) FROM queue_app_job_outbox")
         time.sleep(max(0.0, float(cursor.fetchone()[0] or 0)))
     started = time.perf_counter()
     Relay(batch_size=1000).drain()
@@ -92,7 +92,7 @@ def measure(n: int) -> dict:
         with connection.cursor() as cursor:
 
             def done() -> bool:
-                cursor.execute("SELECT count(*) FROM jobs WHERE status = 'completed'")
+                cursor.execute("SELECT count(*) FROM queue_app_jobs WHERE status = 'completed'")
                 return cursor.fetchone()[0] >= n
 
             wait_until(done, timeout=max(600.0, n / 100), what=f"{n:,} backlog jobs done")

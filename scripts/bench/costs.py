@@ -114,7 +114,7 @@ def measure(n: int) -> dict:
             enqueue_job("bench.noop", {"n": arg})
         costs["enqueue"] = per_job(before, counters.read(), n)
 
-        cursor.execute("SELECT extract(epoch FROM max(dispatch_after) - now()) FROM job_outbox")
+        cursor.execute("SELECT extract(epoch FROM max(dispatch_after) - now()) FROM queue_app_job_outbox")
         time.sleep(max(0.0, float(cursor.fetchone()[0] or 0)))  # the rows' grace: the relay's turn
         relay = spawn([*manage, "runrelay"], env, "costs-relay")
         counters.worker_pids = lambda: [relay.pid]
@@ -122,7 +122,7 @@ def measure(n: int) -> dict:
         try:
 
             def relayed() -> bool:
-                cursor.execute("SELECT count(*) FROM job_outbox WHERE dispatched_at IS NULL")
+                cursor.execute("SELECT count(*) FROM queue_app_job_outbox WHERE dispatched_at IS NULL")
                 return cursor.fetchone()[0] == 0
 
             wait_until(relayed, timeout=600, what="the outbox relayed")
@@ -145,7 +145,7 @@ def measure(n: int) -> dict:
             resume_queue("default")
 
             def drained() -> bool:
-                cursor.execute("SELECT count(*) FROM jobs WHERE status = 'completed'")
+                cursor.execute("SELECT count(*) FROM queue_app_jobs WHERE status = 'completed'")
                 return cursor.fetchone()[0] >= n
 
             wait_until(drained, timeout=max(600.0, n / 50), what=f"{n:,} jobs done")

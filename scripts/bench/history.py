@@ -41,10 +41,10 @@ WITH numbered AS (
                 WHEN r < 0.99 THEN 'cancelled' ELSE 'expired' END AS status
       FROM numbered
 ), inserted AS (
-    INSERT INTO jobs (id, type, queue, payload, priority, priority_value, status, attempts, max_attempts,
-                      enqueued_at, created_at, started_at, completed_at, last_error, last_error_class,
-                      last_error_traceback, result, idempotency_key, idempotency_fingerprint,
-                      worker_id, backend)
+    INSERT INTO queue_app_jobs (id, type, queue, payload, priority, priority_value, status, attempts,
+                      max_attempts, enqueued_at, created_at, started_at, completed_at, last_error,
+                      last_error_class, last_error_traceback, result, idempotency_key,
+                      idempotency_fingerprint, worker_id, backend)
     SELECT gen_random_uuid(), (%(types)s::text[])[1 + g %% cardinality(%(types)s::text[])],
            (%(queues)s::text[])[1 + (g / 7) %% cardinality(%(queues)s::text[])],
            jsonb_build_object('n', g), 'medium', 0, status,
@@ -62,7 +62,7 @@ WITH numbered AS (
       FROM seeded
     RETURNING id, status, attempts, created_at, completed_at
 )
-INSERT INTO job_logs (job_id, created_at, level, event, message, extra)
+INSERT INTO queue_app_job_logs (job_id, created_at, level, event, message, extra)
 SELECT id, created_at, 'info', 'enqueued', '', '{}'::jsonb FROM inserted
 UNION ALL
 SELECT id, created_at + interval '40 ms', 'info', 'claimed', '', jsonb_build_object('attempt', 1)
@@ -91,7 +91,7 @@ def history_count() -> int:
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM jobs WHERE created_at < now() - interval '1 day'")
+        cursor.execute("SELECT count(*) FROM queue_app_jobs WHERE created_at < now() - interval '1 day'")
         return cursor.fetchone()[0]
 
 
@@ -105,7 +105,7 @@ def fill(target: int) -> None:
     have = history_count()
     if have > target:
         with connection.cursor() as cursor:
-            cursor.execute("TRUNCATE jobs CASCADE")  # and every table that refers to it
+            cursor.execute("TRUNCATE queue_app_jobs CASCADE")  # and every table that refers to it
         have = 0
     started = time.perf_counter()
     types, queues = registered_types(), list(queue_settings().QUEUES)
@@ -115,7 +115,7 @@ def fill(target: int) -> None:
             cursor.execute(FILL_SQL, {"start": have, "batch": batch, "types": types, "queues": queues})
             have += batch
             print(f"    history {have:,} / {target:,}", file=sys.stderr, flush=True)
-        for table in ("jobs", "job_logs", "job_outbox"):
+        for table in ("queue_app_jobs", "queue_app_job_logs", "queue_app_job_outbox"):
             cursor.execute(f"VACUUM ANALYZE {table}")  # names from this fixed tuple only
     print(f"    filled in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
 

@@ -28,6 +28,25 @@ TABLES = (
 ).split(", ")
 
 
+def table(name: str) -> str:
+    """A table's name in the tree measured: a --baseline from before the app's prefix has
+    the bare names (its migrations made them)."""
+    from django.db import connection
+
+    prefixed = f"queue_app_{name}"
+    return prefixed if prefixed in _existing(connection) else name
+
+
+def _existing(connection) -> set[str]:
+    global _TABLE_NAMES
+    if _TABLE_NAMES is None:
+        _TABLE_NAMES = set(connection.introspection.table_names())
+    return _TABLE_NAMES
+
+
+_TABLE_NAMES: set[str] | None = None
+
+
 def environment() -> dict[str, str]:
     """A production-like configuration (DEBUG off) on the benchmark's own stores."""
     return {
@@ -68,14 +87,17 @@ def reset_stores() -> None:
 
     from queue_app import broker
 
-    existing = set(connection.introspection.table_names())
+    existing = _existing(connection)
     with connection.cursor() as cursor:
         if KEEP_HISTORY:
-            for table in ("job_logs", "job_outbox"):  # names from this fixed tuple only
-                cursor.execute(f"DELETE FROM {table} WHERE job_id IN (SELECT id FROM jobs WHERE {TODAY})")
-            cursor.execute(f"DELETE FROM jobs WHERE {TODAY}")
+            jobs = table("jobs")
+            for name in ("job_logs", "job_outbox"):  # names from this fixed tuple only
+                cursor.execute(
+                    f"DELETE FROM {table(name)} WHERE job_id IN (SELECT id FROM {jobs} WHERE {TODAY})"
+                )
+            cursor.execute(f"DELETE FROM {jobs} WHERE {TODAY}")
         else:
-            cursor.execute(f"TRUNCATE {', '.join(name for name in TABLES if name in existing)}")
+            cursor.execute(f"TRUNCATE {', '.join(table(name) for name in TABLES if table(name) in existing)}")
     broker.get_client().flushdb()
 
 
@@ -111,7 +133,7 @@ class Ours(Adapter):
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT count(*), extract(epoch FROM max(dispatch_after) - now()) "
-                "FROM job_outbox WHERE dispatched_at IS NULL"
+                f"FROM {table('job_outbox')} WHERE dispatched_at IS NULL"
             )
             pending, wait = cursor.fetchone()
         # Jobs pushed to Redis by their enqueuer (DISPATCH_ON_COMMIT) leave their rows to
@@ -153,7 +175,8 @@ class Ours(Adapter):
 
         with connection.cursor() as cursor:
             cursor.execute(
-                "SELECT status, extract(epoch FROM completed_at) FROM jobs WHERE id = %s", [handle]
+                f"SELECT status, extract(epoch FROM completed_at) FROM {table('jobs')} WHERE id = %s",
+                [handle],
             )
             status, completed = cursor.fetchone()
         if status in ("failed", "cancelled", "expired"):
@@ -165,7 +188,7 @@ class Ours(Adapter):
 
         with connection.cursor() as cursor:
             cursor.execute(
-                "SELECT count(*) FROM jobs WHERE status = 'completed'"
+                f"SELECT count(*) FROM {table('jobs')} WHERE status = 'completed'"
                 + (f" AND {TODAY}" if KEEP_HISTORY else "")
             )
             return cursor.fetchone()[0]

@@ -19,7 +19,7 @@ import threading
 import time
 
 from common import OURS_TREE, python, spawn, stop_all, wait_until
-from ours import environment, reset_stores, setup_django
+from ours import environment, reset_stores, setup_django, table
 
 SERVER_PROCESSES = 2
 THREADS_PER_PROCESS = 4
@@ -95,7 +95,9 @@ def main() -> None:
     if failures:
         raise SystemExit(f"{len(failures)} requests failed, e.g. {failures[0]}")
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM jobs WHERE payload->>'n' >= '0' AND (payload->>'n')::int >= 0")
+        cursor.execute(
+            f"SELECT count(*) FROM {table('jobs')} WHERE payload->>'n' >= '0' AND (payload->>'n')::int >= 0"
+        )
         created = cursor.fetchone()[0]
     if created != requests:
         raise SystemExit(f"{created} jobs exist after {requests} accepted requests")

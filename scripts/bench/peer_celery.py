@@ -1,7 +1,7 @@
 """Celery 5.x on a Redis broker with no result backend: ``delay`` / ``group``, prefork workers.
 
 Celery keeps no state once a task is acked, so the task increments a Redis
-counter and "done" reads it (BENCH.md).
+counter and "done" reads it (docs/explanation/benchmarks.md).
 
 Workflows need results: a chord's callback waits on a counter in the result backend and
 receives the group's results. They run as a second app, ``canvas_app``, with the Redis

@@ -7,6 +7,6 @@ SECRET_KEY = "benchmark-only-key-not-secret"
 DEBUG = False
 USE_TZ = True
 INSTALLED_APPS = ["django_tasks_db"]
-# Persistent connections, as BENCH.md configures the worker.
+# Persistent connections, as docs/explanation/benchmarks.md configures the worker.
 DATABASES = {"default": dj_database_url.parse(database_url("bench_djtasks"), conn_max_age=600)}
 TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}

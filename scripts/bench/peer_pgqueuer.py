@@ -1,6 +1,6 @@
 """pgqueuer 1.x with the psycopg driver: ``Queries.enqueue``, workers running ``pgqueuer.run()``.
 
-The entrypoint has no ``concurrency_limit`` (1 or 2 stalled in tests; BENCH.md);
+The entrypoint has no ``concurrency_limit`` (1 or 2 stalled in tests; docs/explanation/benchmarks.md);
 each worker process is one ``pgqueuer.run`` on its own connection.
 """
 

@@ -30,8 +30,9 @@ DAYS = 30
 SEED_CHUNK = 1_000_000
 
 SEED_JOBS = """
-INSERT INTO jobs (id, type, queue, payload, priority, priority_value, status, attempts, fence, max_attempts,
-                  next_retry_at, enqueued_at, created_at, started_at, completed_at, last_error,
+INSERT INTO queue_app_jobs (id, type, queue, payload, priority, priority_value, status, attempts, fence,
+                            max_attempts, next_retry_at, enqueued_at, created_at, started_at,
+                            completed_at, last_error,
                   last_error_class, last_error_traceback, idempotency_fingerprint, worker_id,
                   lease_expires_at, backend)
 SELECT lpad(to_hex(g), 32, '0')::uuid, 'bench.noop', (ARRAY['default', 'bulk'])[1 + g %% 2], '{}',
@@ -52,16 +53,16 @@ SELECT lpad(to_hex(g), 32, '0')::uuid, 'bench.noop', (ARRAY['default', 'bulk'])[
                                  ELSE 'completed' END AS status) AS s
 """
 SEED_LOGS_AND_OUTBOX = """
-INSERT INTO job_logs (job_id, created_at, level, event, message, extra)
-SELECT id, created_at, 'info', 'enqueued', '', '{}' FROM jobs
+INSERT INTO queue_app_job_logs (job_id, created_at, level, event, message, extra)
+SELECT id, created_at, 'info', 'enqueued', '', '{}' FROM queue_app_jobs
  WHERE id BETWEEN lpad(to_hex(%(first)s), 32, '0')::uuid AND lpad(to_hex(%(last)s), 32, '0')::uuid;
-INSERT INTO job_outbox (job_id, action, queue, score, member, created_at, dispatched_at, dispatch_after,
-                        to_head)
+INSERT INTO queue_app_job_outbox (job_id, action, queue, score, member, created_at, dispatched_at,
+                                  dispatch_after, to_head)
 SELECT id, 'enqueue', queue, 0, '', created_at,
        CASE WHEN NOT newest THEN created_at + interval '5 ms' END,
        CASE WHEN newest THEN now() + interval '1 hour' END, false
   FROM (SELECT id, queue, created_at, id > lpad(to_hex(%(jobs)s - 100), 32, '0')::uuid AS newest
-          FROM jobs
+          FROM queue_app_jobs
          WHERE id BETWEEN lpad(to_hex(%(first)s), 32, '0')::uuid
                       AND lpad(to_hex(%(last)s), 32, '0')::uuid) AS j
 """
@@ -84,8 +85,9 @@ def seed(jobs: int) -> float:
     started = time.perf_counter()
     with connection().cursor() as cursor:
         cursor.execute(
-            "TRUNCATE jobs, job_logs, job_outbox, job_schedules, job_dependencies, job_waits,"
-            " job_workflow_steps, job_workflows, job_batch_members, job_batches"
+            "TRUNCATE queue_app_jobs, queue_app_job_logs, queue_app_job_outbox, queue_app_job_schedules,"
+            " queue_app_job_dependencies, queue_app_job_waits, queue_app_job_workflow_steps,"
+            " queue_app_job_workflows, queue_app_job_batch_members, queue_app_job_batches"
         )
         with contextlib.suppress(DatabaseError):
             # Seeding only (a superuser may): no deferred foreign-key check for each of 10M rows.
@@ -96,7 +98,7 @@ def seed(jobs: int) -> float:
             cursor.execute(SEED_LOGS_AND_OUTBOX, bounds)
             print(f"  seeded {bounds['last']:,} jobs", file=sys.stderr, flush=True)
         cursor.execute("SET session_replication_role = DEFAULT")
-        for table in ("jobs", "job_logs", "job_outbox"):
+        for table in ("queue_app_jobs", "queue_app_job_logs", "queue_app_job_outbox"):
             cursor.execute(f"VACUUM ANALYZE {table}")
     return time.perf_counter() - started
 
@@ -167,7 +169,7 @@ def main() -> None:
     from queue_app.runtime.relay import Relay
 
     with connection().cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM jobs")
+        cursor.execute("SELECT count(*) FROM queue_app_jobs")
         (present,) = cursor.fetchone()
     seed_seconds = seed(jobs) if present != jobs or "--reseed" in sys.argv else 0.0
     results: dict[str, dict] = {}
@@ -178,7 +180,7 @@ def main() -> None:
 
     with transaction.atomic():
         with connection().cursor() as cursor:
-            cursor.execute("SELECT id::text FROM jobs WHERE status = 'queued' ORDER BY id")
+            cursor.execute("SELECT id::text FROM queue_app_jobs WHERE status = 'queued' ORDER BY id")
             queued = [row[0] for row in cursor.fetchall()]
         page = {"grace": 30, "limit": 5000}
         record("reconcile: queued_jobs_page, first", sql.query("queued_jobs_page"), {**page, "after": None})
@@ -188,7 +190,9 @@ def main() -> None:
         record(
             "reconcile: expired_leases_page", sql.query("expired_leases_page"), {"after": None, "limit": 5000}
         )
-        (batch,) = [statement for statement in captured(Relay().relay_batch) if "job_outbox" in statement]
+        (batch,) = [
+            statement for statement in captured(Relay().relay_batch) if "queue_app_job_outbox" in statement
+        ]
         record("relay: due rows", batch)
         week = {"retention": 7 * 86400, "limit": 5000}
         record("relay: prune_outbox (7 days)", sql.query("prune_outbox"), week)

@@ -25,8 +25,9 @@ QUEUES = "default,emails,reports:fifo"
 # Queued jobs only: 20% scheduled 10 minutes ahead, the rest due; 3 queues, 3 tiers.
 # Each has the outbox row the relay dispatched an hour ago (outside the grace).
 SEED_SQL = """
-INSERT INTO jobs (id, type, queue, payload, priority, priority_value, status, attempts, max_attempts,
-                  next_retry_at, enqueued_at, created_at, last_error, last_error_class, last_error_traceback,
+INSERT INTO {jobs} (id, type, queue, payload, priority, priority_value, status, attempts,
+                            max_attempts, next_retry_at, enqueued_at, created_at, last_error,
+                            last_error_class, last_error_traceback,
                   idempotency_fingerprint, worker_id, backend)
 SELECT gen_random_uuid(), 'bench.noop',
        (ARRAY['default', 'default', 'emails', 'reports'])[1 + (g %% 4)],
@@ -39,8 +40,8 @@ SELECT gen_random_uuid(), 'bench.noop',
             ELSE now() - interval '2 hours' + g * interval '1 ms' END,
        now() - interval '2 hours' + g * interval '1 ms', '', '', '', '', '', ''
   FROM generate_series(1, %(n)s) AS g;
-INSERT INTO job_outbox (job_id, action, queue, score, created_at, dispatched_at)
-SELECT id, 'enqueue', queue, 0, created_at, created_at + interval '5 ms' FROM jobs;
+INSERT INTO {outbox} (job_id, action, queue, score, created_at, dispatched_at)
+SELECT id, 'enqueue', queue, 0, created_at, created_at + interval '5 ms' FROM {jobs};
 """
 
 REDIS_DB = 10
@@ -59,14 +60,15 @@ def environment() -> dict[str, str]:
 
 def seed(n: int) -> float:
     from django.db import connection
-    from ours import reset_stores
+    from ours import reset_stores, table
 
     started = time.perf_counter()
     reset_stores()
     with connection.cursor() as cursor:
-        cursor.execute(SEED_SQL, {"n": n})
-        cursor.execute("VACUUM ANALYZE jobs")
-        cursor.execute("VACUUM ANALYZE job_outbox")
+        jobs, outbox = table("jobs"), table("job_outbox")  # a --baseline may predate the prefix
+        cursor.execute(SEED_SQL.format(jobs=jobs, outbox=outbox), {"n": n})
+        cursor.execute(f"VACUUM ANALYZE {jobs}")
+        cursor.execute(f"VACUUM ANALYZE {outbox}")
     return time.perf_counter() - started
 
 

@@ -29,16 +29,17 @@ PUSH_CHUNK = 10_000
 
 # Job g is cancelled when g mod 100 < the percentage; ids sort by g, as enqueue order.
 SEED_SQL = """
-INSERT INTO jobs (id, type, queue, payload, priority, priority_value, status, attempts, max_attempts,
-                  enqueued_at, created_at, completed_at, last_error, last_error_class, last_error_traceback,
+INSERT INTO queue_app_jobs (id, type, queue, payload, priority, priority_value, status, attempts,
+                            max_attempts, enqueued_at, created_at, completed_at, last_error,
+                            last_error_class, last_error_traceback,
                   idempotency_fingerprint, worker_id, backend)
 SELECT lpad(to_hex(g), 32, '0')::uuid, 'bench.noop', 'bulk', '{}', 'medium', 0,
        CASE WHEN g %% 100 < %(percent)s THEN 'cancelled' ELSE 'queued' END, 0, 3,
        now() - interval '2 hours' + g * interval '1 ms', now() - interval '2 hours' + g * interval '1 ms',
        CASE WHEN g %% 100 < %(percent)s THEN now() - interval '1 hour' END, '', '', '', '', '', ''
   FROM generate_series(1, %(n)s) AS g;
-INSERT INTO job_outbox (job_id, action, queue, score, created_at, dispatched_at)
-SELECT id, 'enqueue', queue, 0, created_at, now() - interval '1 hour' FROM jobs;
+INSERT INTO queue_app_job_outbox (job_id, action, queue, score, created_at, dispatched_at)
+SELECT id, 'enqueue', queue, 0, created_at, now() - interval '1 hour' FROM queue_app_jobs;
 """
 
 
@@ -62,13 +63,14 @@ def seed(n: int, percent: int) -> tuple[float, list[str]]:
     started = time.perf_counter()
     with connection.cursor() as cursor:
         cursor.execute(
-            "TRUNCATE jobs, job_logs, job_outbox, job_schedules, job_dependencies, job_waits,"
-            " job_workflow_steps, job_workflows, job_batch_members, job_batches"
+            "TRUNCATE queue_app_jobs, queue_app_job_logs, queue_app_job_outbox, queue_app_job_schedules,"
+            " queue_app_job_dependencies, queue_app_job_waits, queue_app_job_workflow_steps,"
+            " queue_app_job_workflows, queue_app_job_batch_members, queue_app_job_batches"
         )
         cursor.execute(SEED_SQL, {"n": n, "percent": percent})
-        cursor.execute("VACUUM ANALYZE jobs")
-        cursor.execute("VACUUM ANALYZE job_outbox")
-        cursor.execute("SELECT id::text, status FROM jobs ORDER BY id")
+        cursor.execute("VACUUM ANALYZE queue_app_jobs")
+        cursor.execute("VACUUM ANALYZE queue_app_job_outbox")
+        cursor.execute("SELECT id::text, status FROM queue_app_jobs ORDER BY id")
         rows = cursor.fetchall()
     client = broker.get_client()
     client.flushdb()

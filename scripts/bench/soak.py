@@ -34,7 +34,7 @@ from pathlib import Path
 from common import BENCH_DIR, ROOT, python, spawn, stop_all
 
 SAMPLE_SECONDS = 30.0
-TABLES = ("jobs", "job_logs", "job_outbox")
+TABLES = ("queue_app_jobs", "queue_app_job_logs", "queue_app_job_outbox")
 # What the load is made of: kind -> share of the arrivals.
 MIX = {"noop": 0.75, "flaky": 0.06, "failing": 0.03, "slow": 0.05, "scheduled": 0.06, "cancelled": 0.05}
 RSS_GOAL, TABLE_GOAL, P99_GOAL, TREND_GOAL = 1.10, 1.25, 1.25, 0.05
@@ -111,7 +111,7 @@ def sample(cursor, client, processes: dict[str, subprocess.Popen], since: float)
     cursor.execute(
         "SELECT count(*) FILTER (WHERE status = 'completed' AND completed_at > to_timestamp(%(since)s)),"
         "       count(*) FILTER (WHERE status = 'queued' AND next_retry_at IS NULL)"
-        "  FROM jobs",
+        "  FROM queue_app_jobs",
         {"since": since},
     )
     completed, row["queued_ready"] = cursor.fetchone()
@@ -119,7 +119,7 @@ def sample(cursor, client, processes: dict[str, subprocess.Popen], since: float)
     cursor.execute(
         "SELECT percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP"
         "       (ORDER BY extract(epoch FROM started_at - created_at) * 1000)"
-        "  FROM jobs WHERE started_at > to_timestamp(%(since)s) AND payload->>'kind' = 'noop'",
+        "  FROM queue_app_jobs WHERE started_at > to_timestamp(%(since)s) AND payload->>'kind' = 'noop'",
         {"since": since},
     )
     latencies = cursor.fetchone()[0] or [None, None]

@@ -65,13 +65,13 @@ SELECT e.execution, e.job_id, e.attempt, e.started_at, c.id AS claim_id, c.creat
        x.event AS end_event, x.created_at AS ended_at
   FROM chaos_execution e
   LEFT JOIN LATERAL (
-        SELECT l.id, l.created_at FROM job_logs l
+        SELECT l.id, l.created_at FROM queue_app_job_logs l
          WHERE l.job_id = e.job_id AND l.event = 'claimed'
            AND (l.extra->>'attempt')::int = e.attempt AND l.created_at <= e.started_at
            AND (e.fence IS NULL OR (l.extra->>'fence')::bigint = e.fence)
          ORDER BY l.id DESC LIMIT 1) AS c ON true
   LEFT JOIN LATERAL (
-        SELECT l.event, l.created_at FROM job_logs l
+        SELECT l.event, l.created_at FROM queue_app_job_logs l
          WHERE l.job_id = e.job_id AND l.id > c.id AND l.event = ANY(%(ending)s)
          ORDER BY l.id LIMIT 1) AS x ON true
 """
@@ -143,60 +143,63 @@ SQL_CHECKS: dict[str, Check] = {
         "every job id an acknowledgement named exists",
         "SELECT count(*) FROM chaos_submission s, unnest(s.acked_ids)",
         """SELECT s.ref, a.id FROM chaos_submission s, unnest(s.acked_ids) AS a(id)
-            WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = a.id)""",
+            WHERE NOT EXISTS (SELECT 1 FROM queue_app_jobs j WHERE j.id = a.id)""",
     ),
     "acknowledgements_name_the_submitted_job": Check(
         "an acknowledged id is the job of that submission, and repeats name the same job",
         "SELECT count(*) FROM chaos_submission s, unnest(s.acked_ids)",
         """SELECT s.ref, a.id, j.payload->>'ref' FROM chaos_submission s, unnest(s.acked_ids) AS a(id)
-             JOIN jobs j ON j.id = a.id WHERE j.payload->>'ref' IS DISTINCT FROM s.ref
+             JOIN queue_app_jobs j ON j.id = a.id WHERE j.payload->>'ref' IS DISTINCT FROM s.ref
            UNION ALL
            SELECT s.ref, NULL, array_to_string(s.acked_ids, ',') FROM chaos_submission s
             WHERE (SELECT count(DISTINCT x) FROM unnest(s.acked_ids) AS x) > 1""",
     ),
     "no_unexpected_job": Check(
         "every job comes from a submission the client made",
-        "SELECT count(*) FROM jobs",
-        """SELECT j.id, j.payload->>'ref' FROM jobs j
+        "SELECT count(*) FROM queue_app_jobs",
+        """SELECT j.id, j.payload->>'ref' FROM queue_app_jobs j
             WHERE NOT EXISTS (SELECT 1 FROM chaos_submission s WHERE s.ref = j.payload->>'ref')""",
     ),
     "one_job_per_submission_and_key": Check(
         "a submission (and so an idempotency key) made at most one job",
-        "SELECT count(*) FROM jobs",
-        """SELECT payload->>'ref', count(*) FROM jobs GROUP BY 1 HAVING count(*) > 1
+        "SELECT count(*) FROM queue_app_jobs",
+        """SELECT payload->>'ref', count(*) FROM queue_app_jobs GROUP BY 1 HAVING count(*) > 1
            UNION ALL
-           SELECT idempotency_key, count(*) FROM jobs WHERE idempotency_key IS NOT NULL
+           SELECT idempotency_key, count(*) FROM queue_app_jobs WHERE idempotency_key IS NOT NULL
             GROUP BY 1 HAVING count(*) > 1""",
     ),
     "every_job_ends_as_expected": Check(
         "a job ends failed only if its payload fails every attempt, cancelled only if a client"
         " cancelled it (and did not retry it), and completed otherwise",
-        "SELECT count(*) FROM jobs",
-        """SELECT j.id, j.status, s.allowed_statuses FROM jobs j
+        "SELECT count(*) FROM queue_app_jobs",
+        """SELECT j.id, j.status, s.allowed_statuses FROM queue_app_jobs j
              JOIN chaos_submission s ON s.ref = j.payload->>'ref'
             WHERE j.status <> ALL(s.allowed_statuses)""",
     ),
     "attempts_within_max": Check(
         "attempts never exceed max_attempts (nor do claims or journaled executions)",
-        "SELECT (SELECT count(*) FROM jobs) + (SELECT count(*) FROM chaos_execution)",
-        """SELECT id, attempts, max_attempts FROM jobs WHERE attempts > max_attempts
+        "SELECT (SELECT count(*) FROM queue_app_jobs) + (SELECT count(*) FROM chaos_execution)",
+        """SELECT id, attempts, max_attempts FROM queue_app_jobs WHERE attempts > max_attempts
            UNION ALL
-           SELECT e.job_id, e.attempt, j.max_attempts FROM chaos_execution e JOIN jobs j ON j.id = e.job_id
+           SELECT e.job_id, e.attempt, j.max_attempts
+             FROM chaos_execution e JOIN queue_app_jobs j ON j.id = e.job_id
             WHERE e.attempt > j.max_attempts
            UNION ALL
-           SELECT l.job_id, (l.extra->>'attempt')::int, j.max_attempts FROM job_logs l
-             JOIN jobs j ON j.id = l.job_id
+           SELECT l.job_id, (l.extra->>'attempt')::int, j.max_attempts FROM queue_app_job_logs l
+             JOIN queue_app_jobs j ON j.id = l.job_id
             WHERE l.event = 'claimed' AND (l.extra->>'attempt')::int > j.max_attempts""",
     ),
     "completed_by_its_last_attempt": Check(
         "a completed job has one 'completed' log row, and it, the result and the completing"
         " execution all carry the job's last attempt (the execution also its last fence)",
-        "SELECT count(*) FROM jobs WHERE status = 'completed'",
-        """SELECT j.id, j.attempts, j.result FROM jobs j
+        "SELECT count(*) FROM queue_app_jobs WHERE status = 'completed'",
+        """SELECT j.id, j.attempts, j.result FROM queue_app_jobs j
             WHERE j.status = 'completed' AND (
                   (j.result->>'attempt')::int IS DISTINCT FROM j.attempts
-               OR (SELECT count(*) FROM job_logs l WHERE l.job_id = j.id AND l.event = 'completed') <> 1
-               OR NOT EXISTS (SELECT 1 FROM job_logs l WHERE l.job_id = j.id AND l.event = 'completed'
+               OR (SELECT count(*) FROM queue_app_job_logs l
+                    WHERE l.job_id = j.id AND l.event = 'completed') <> 1
+               OR NOT EXISTS (SELECT 1 FROM queue_app_job_logs l
+                               WHERE l.job_id = j.id AND l.event = 'completed'
                                  AND (l.extra->>'attempt')::int = j.attempts)
                OR NOT EXISTS (SELECT 1 FROM chaos_execution e WHERE e.execution = j.result->>'execution'
                                  AND e.job_id = j.id AND e.attempt = j.attempts
@@ -206,11 +209,11 @@ SQL_CHECKS: dict[str, Check] = {
     "fence_goes_up_one_per_claim": Check(
         "jobs.fence only goes up, by one per claim: a job's 'claimed' rows carry fences 1, 2, ...,"
         " n in log order (so each is unique), jobs.fence is n, and attempts never exceed it",
-        "SELECT count(*) FROM jobs",
-        """SELECT j.id, j.fence, j.attempts, c.fences FROM jobs j
+        "SELECT count(*) FROM queue_app_jobs",
+        """SELECT j.id, j.fence, j.attempts, c.fences FROM queue_app_jobs j
              CROSS JOIN LATERAL (
                    SELECT coalesce(array_agg((l.extra->>'fence')::bigint ORDER BY l.id), '{}') AS fences
-                     FROM job_logs l WHERE l.job_id = j.id AND l.event = 'claimed') AS c
+                     FROM queue_app_job_logs l WHERE l.job_id = j.id AND l.event = 'claimed') AS c
             WHERE c.fences <> ARRAY(SELECT generate_series(1, j.fence))::bigint[]
                OR j.attempts > j.fence""",
     ),
@@ -218,10 +221,10 @@ SQL_CHECKS: dict[str, Check] = {
         "a poison job (its handler raises SystemExit, calls os._exit or SIGKILLs its process on"
         " every attempt) ends failed with max_attempts charged (or cancelled by a client), and"
         " runs no more often than that",
-        "SELECT count(*) FROM jobs WHERE type = 'probe.chaos_poison'",
+        "SELECT count(*) FROM queue_app_jobs WHERE type = 'probe.chaos_poison'",
         """SELECT j.id, j.payload->>'poison', j.status, j.attempts, j.max_attempts,
                   (SELECT count(*) FROM chaos_execution e WHERE e.job_id = j.id) AS runs
-             FROM jobs j
+             FROM queue_app_jobs j
             WHERE j.type = 'probe.chaos_poison' AND (
                   (j.status = 'failed' AND j.attempts <> j.max_attempts)
                OR j.status NOT IN ('failed', 'cancelled')
@@ -253,7 +256,7 @@ SQL_CHECKS: dict[str, Check] = {
         """SELECT count(*) FROM chaos_execution_claim
             WHERE end_event = 'cancel_requested' AND started_at >= ended_at""",
         f"""SELECT e.job_id, e.execution, e.started_at - e.ended_at AS late_by, s.client_cancelled
-             FROM chaos_execution_claim e JOIN jobs j ON j.id = e.job_id
+             FROM chaos_execution_claim e JOIN queue_app_jobs j ON j.id = e.job_id
              JOIN chaos_submission s ON s.ref = j.payload->>'ref'
             WHERE e.end_event = 'cancel_requested' AND e.started_at >= e.ended_at
               AND (NOT s.client_cancelled
@@ -279,8 +282,8 @@ SQL_CHECKS: dict[str, Check] = {
     "effect_exactly_once_per_completed_job": Check(
         "a probe.chaos job's side effect exists once if it completed (by the completing"
         " execution), never otherwise",
-        "SELECT count(*) FROM jobs WHERE type = 'probe.chaos'",
-        """SELECT j.id, j.status, count(f.id) FROM jobs j
+        "SELECT count(*) FROM queue_app_jobs WHERE type = 'probe.chaos'",
+        """SELECT j.id, j.status, count(f.id) FROM queue_app_jobs j
              LEFT JOIN probe_effect f ON f.job_id = j.id
             WHERE j.type = 'probe.chaos'
             GROUP BY j.id, j.status, j.result
@@ -288,7 +291,7 @@ SQL_CHECKS: dict[str, Check] = {
                OR (j.status = 'completed' AND NOT bool_and(f.execution = j.result->>'execution'))
            UNION ALL
            SELECT f.job_id, 'no such job', 1 FROM probe_effect f
-            WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = f.job_id)""",
+            WHERE NOT EXISTS (SELECT 1 FROM queue_app_jobs j WHERE j.id = f.job_id)""",
     ),
 }
 
@@ -318,9 +321,9 @@ def check_log_trails() -> Result:
     lock is held, so ids follow the order of the transitions on one job.
     """
     with connection.cursor() as cursor:
-        cursor.execute("SELECT id::text, status FROM jobs")
+        cursor.execute("SELECT id::text, status FROM queue_app_jobs")
         statuses = dict(cursor.fetchall())
-        cursor.execute("SELECT job_id::text, event FROM job_logs ORDER BY job_id, id")
+        cursor.execute("SELECT job_id::text, event FROM queue_app_job_logs ORDER BY job_id, id")
         trails: dict[str, list[str]] = {}
         for job_id, event in cursor.fetchall():
             trails.setdefault(job_id, []).append(event)
@@ -399,7 +402,7 @@ def check_redis_agrees(queues: dict[str, bool]) -> Result:
     due time. An id may sit in one structure of one queue, once. An id in flight (popped by a
     worker killed before its claim) counts as present, and is no duplicate of a ready copy (the
     relay's at-least-once re-send): it goes back to ready at its deadline, which must come soon.
-    The wake keys are lists of at most one token. Any other ``queue:*`` key that does not expire
+    The wake keys are lists of at most one token. Any other queue key that does not expire
     (the reconciler's staging keys do) is reported too.
     """
     from django.utils import timezone
@@ -408,7 +411,7 @@ def check_redis_agrees(queues: dict[str, bool]) -> Result:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT id::text, queue, priority_value, enqueued_at, next_retry_at "
-            "FROM jobs WHERE status = 'queued'"
+            "FROM queue_app_jobs WHERE status = 'queued'"
         )
         queued = {row[0]: row[1:] for row in cursor.fetchall()}
     now = timezone.now()
@@ -469,7 +472,7 @@ def check_redis_agrees(queues: dict[str, bool]) -> Result:
         for job_id in ids:
             if job_id not in queued:
                 problems.append((job_id, f"in {key} but not a queued job"))
-    for key in client.scan_iter(match="queue:*"):
+    for key in client.scan_iter(match=broker.all_keys_pattern()):
         if key not in members and key not in known_keys and client.ttl(key) == -1:
             problems.append((key, "an unknown queue key that never expires"))
     return Result(
@@ -497,7 +500,9 @@ def _fifo_problems(client, queue: str) -> list[tuple]:
     if not ids:
         return []
     with connection.cursor() as cursor:
-        cursor.execute("SELECT id::text FROM jobs WHERE id::text = ANY(%s) AND status = 'cancelled'", [ids])
+        cursor.execute(
+            "SELECT id::text FROM queue_app_jobs WHERE id::text = ANY(%s) AND status = 'cancelled'", [ids]
+        )
         cancelled = {row[0] for row in cursor.fetchall()}
     return [(key, job_id) for job_id in ids if job_id not in cancelled]
 
@@ -520,7 +525,7 @@ def check_redis_empty(queues: dict[str, bool]) -> Result:
             allowed.add(broker.fifo_key(queue))
     problems += [
         (key, client.type(key))
-        for key in client.scan_iter(match="queue:*")
+        for key in client.scan_iter(match=broker.all_keys_pattern())
         if key not in allowed and client.ttl(key) == -1
     ]
     return Result(

@@ -37,16 +37,16 @@ class Figures:
 
 
 _DATABASE_FIGURES = {
-    "jobs": "SELECT count(*) FROM jobs",
+    "jobs": "SELECT count(*) FROM queue_app_jobs",
     "executions": "SELECT count(*) FROM chaos_execution",
     "executed_jobs": "SELECT count(DISTINCT job_id) FROM chaos_execution",
-    "completion_fenced": "SELECT count(*) FROM job_logs WHERE event = 'completion_fenced'",
-    "failure_fenced": "SELECT count(*) FROM job_logs WHERE event = 'failure_fenced'",
-    "lease_expired": "SELECT count(*) FROM job_logs WHERE event LIKE 'lease_expired%'",
-    "recovered_on_restart": "SELECT count(*) FROM job_logs WHERE message LIKE 'worker restarted%'",
-    "handed_back": "SELECT count(*) FROM job_logs WHERE event = 'handed_back'",
+    "completion_fenced": "SELECT count(*) FROM queue_app_job_logs WHERE event = 'completion_fenced'",
+    "failure_fenced": "SELECT count(*) FROM queue_app_job_logs WHERE event = 'failure_fenced'",
+    "lease_expired": "SELECT count(*) FROM queue_app_job_logs WHERE event LIKE 'lease_expired%'",
+    "recovered_on_restart": "SELECT count(*) FROM queue_app_job_logs WHERE message LIKE 'worker restarted%'",
+    "handed_back": "SELECT count(*) FROM queue_app_job_logs WHERE event = 'handed_back'",
     "poison": """SELECT coalesce(string_agg(way || '=' || n, ', ' ORDER BY way), 'none') FROM (
-                   SELECT payload->>'poison' || ':' || status AS way, count(*) AS n FROM jobs
+                   SELECT payload->>'poison' || ':' || status AS way, count(*) AS n FROM queue_app_jobs
                     WHERE type = 'probe.chaos_poison' GROUP BY 1) AS ways""",
     "overlapping_pairs": f"SELECT count(*) FROM {OVERLAPPING_EXECUTIONS}",
     "cancel_races": """SELECT count(*) FROM chaos_execution_claim
@@ -67,7 +67,7 @@ def collect(figures: Figures) -> None:
         for name, sql in _DATABASE_FIGURES.items():
             cursor.execute(sql)
             figures.database[name] = cursor.fetchone()[0]
-        cursor.execute("SELECT status, count(*) FROM jobs GROUP BY 1 ORDER BY 1")
+        cursor.execute("SELECT status, count(*) FROM queue_app_jobs GROUP BY 1 ORDER BY 1")
         figures.database["statuses"] = dict(cursor.fetchall())
         cursor.execute(
             """SELECT n, count(*) FROM (SELECT count(*) AS n FROM chaos_execution GROUP BY job_id) AS per_job

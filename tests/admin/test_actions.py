@@ -248,8 +248,8 @@ def test_a_retry_that_raises_max_attempts_says_so(admin_client):
     assert messages == [
         "Retried 3 jobs.",
         "Max attempts raised for 2 of them: they had used every attempt, so max_attempts rose to one"
-        " more than their attempts to allow this run. Attempts are never reset (they fence stale"
-        " workers); each job's log records its max_attempts before and after.",
+        " more than their attempts to allow this run. Attempts are never reset (they number the"
+        " job's attempts in its log); each job's log records its max_attempts before and after.",
     ]
     extra = JobLog.objects.get(job_id=used_up[0].id, event="retried").extra
     assert extra == {"max_attempts_before": 1, "max_attempts": 2}

@@ -147,7 +147,7 @@ def test_large_finished_counts_are_marked_as_estimates(admin_client, busy_queues
     for _ in range(4):
         make_job("completed")
     with connection.cursor() as cursor:
-        cursor.execute("ANALYZE jobs")
+        cursor.execute("ANALYZE queue_app_jobs")
     # 5 completed jobs are "many", the 4 queued ones still few.
     monkeypatch.setattr(engine_stats, "EXACT_COUNT_LIMIT", 4)
     response = admin_client.get(URL)
@@ -179,7 +179,7 @@ def test_stale_statistics_do_not_overstate_a_status(admin_client, monkeypatch):
     The queued count stops at the limit, so it is known exact; completed is the estimate."""
     jobs = [make_job() for _ in range(12)]
     with connection.cursor() as cursor:
-        cursor.execute("ANALYZE jobs")
+        cursor.execute("ANALYZE queue_app_jobs")
     Job.objects.filter(id__in=[job.id for job in jobs[:8]]).update(status="completed")
     monkeypatch.setattr(engine_stats, "EXACT_COUNT_LIMIT", 5)
     snap = admin_client.get(URL).context["snapshot"]

@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.redis]
 
 
 def job_queries(captured) -> list[str]:
-    return [q["sql"] for q in captured.captured_queries if '"jobs"' in q["sql"]]
+    return [q["sql"] for q in captured.captured_queries if '"queue_app_jobs"' in q["sql"]]
 
 
 def cell(html: str, column: str) -> str:
@@ -99,7 +99,7 @@ def test_search_by_full_id_is_an_exact_primary_key_lookup(admin_client):
     assert listed_ids(response) == {str(wanted.id)}
     assert str(other.id) not in response.content.decode()
     page_query = [sql for sql in job_queries(captured) if "ORDER BY" in sql][-1]
-    assert f'"jobs"."id" IN (\'{wanted.id.hex}\'::uuid)' in page_query
+    assert f'"queue_app_jobs"."id" IN (\'{wanted.id.hex}\'::uuid)' in page_query
     assert "LIKE" not in page_query and "::text" not in page_query
 
 
@@ -111,7 +111,7 @@ def test_search_by_short_id_is_a_primary_key_range(admin_client):
     if str(other.id)[:8] != str(wanted.id)[:8]:
         assert str(other.id) not in listed_ids(response)
     page_query = [sql for sql in job_queries(captured) if "ORDER BY" in sql][-1]
-    assert '"jobs"."id" BETWEEN' in page_query and "LIKE" not in page_query
+    assert '"queue_app_jobs"."id" BETWEEN' in page_query and "LIKE" not in page_query
 
 
 def test_jobs_of_one_minute_show_short_ids_that_differ(admin_client):

@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.redis]
 
 def analyze() -> None:
     with connection.cursor() as cursor:
-        cursor.execute("ANALYZE jobs")
+        cursor.execute("ANALYZE queue_app_jobs")
 
 
 def test_small_results_are_counted_exactly():

@@ -130,7 +130,7 @@ def test_actions_accept_get_only_where_documented(api):
 @pytest.mark.django_db
 def test_a_retry_that_raises_max_attempts_says_so(api):
     """A job that used its only attempt runs again because its max_attempts rises (attempts
-    are never reset: they fence stale workers); the response and the log row say so."""
+    are never reset: they number the attempts in the job's log); the response and the log row say so."""
     used_up = submit(api, max_attempts=1).json()["id"]
     _run_to(used_up, "failed")
     cancelled_early = submit(api, max_attempts=3).json()["id"]

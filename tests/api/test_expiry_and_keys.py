@@ -13,7 +13,9 @@ from tests.api.conftest import submit
 
 def _expire(job_id: str) -> None:
     with connection.cursor() as cursor:
-        cursor.execute("UPDATE jobs SET expires_at = now() - interval '1 second' WHERE id = %s", [job_id])
+        cursor.execute(
+            "UPDATE queue_app_jobs SET expires_at = now() - interval '1 second' WHERE id = %s", [job_id]
+        )
 
 
 @pytest.mark.django_db

@@ -103,9 +103,9 @@ def test_a_page_is_one_keyset_query_without_offset(api):
     with CaptureQueriesContext(connection) as queries:
         assert api.get(next_url).status_code == 200
 
-    page_query = next(q["sql"] for q in queries.captured_queries if 'FROM "jobs"' in q["sql"])
+    page_query = next(q["sql"] for q in queries.captured_queries if 'FROM "queue_app_jobs"' in q["sql"])
     assert "OFFSET" not in page_query.upper()
-    assert 'ORDER BY "jobs"."created_at" DESC, "jobs"."id" DESC' in page_query
+    assert 'ORDER BY "queue_app_jobs"."created_at" DESC, "queue_app_jobs"."id" DESC' in page_query
     assert "LIMIT 3" in page_query
 
 
@@ -117,7 +117,7 @@ def test_a_users_pages_read_their_jobs_by_the_owner_index_among_many_others(api,
     for _ in range(3):
         services.enqueue_jobs([services.JobRequest("demo.echo")] * 1000)
     with connection.cursor() as cursor:
-        cursor.execute("ANALYZE jobs")
+        cursor.execute("ANALYZE queue_app_jobs")
 
     plans = []
     url, seen = "/api/jobs/?page_size=50", []
@@ -126,7 +126,7 @@ def test_a_users_pages_read_their_jobs_by_the_owner_index_among_many_others(api,
             response = api.get(url)
         seen += _ids(response)
         url = response.json()["next"]
-        page_query = next(q["sql"] for q in queries.captured_queries if 'FROM "jobs"' in q["sql"])
+        page_query = next(q["sql"] for q in queries.captured_queries if 'FROM "queue_app_jobs"' in q["sql"])
         with connection.cursor() as cursor:
             cursor.execute(f"EXPLAIN {page_query}")
             plans.append("\n".join(row[0] for row in cursor.fetchall()))

@@ -135,7 +135,7 @@ def test_large_counts_are_estimates_and_the_oldest_due_job_comes_from_redis(api,
     Job.objects.filter(id=ids[0]).update(enqueued_at=timezone.now() - timedelta(seconds=600))
     Job.objects.filter(id=ids[2]).update(enqueued_at=timezone.now() - timedelta(seconds=300))
     with connection.cursor() as cursor:
-        cursor.execute("ANALYZE jobs")
+        cursor.execute("ANALYZE queue_app_jobs")
 
     exact = staff_api.get("/api/stats/").json()
     monkeypatch.setattr(engine_stats, "EXACT_COUNT_LIMIT", 2)
@@ -161,7 +161,7 @@ def test_a_head_in_redis_that_names_no_job_is_left_out_of_the_oldest_due_lookup(
     Job.objects.filter(id=job).update(enqueued_at=timezone.now() - timedelta(seconds=300))
     broker.get_client().rpush(broker.fifo_key("bulk"), "reconcile-marker:0123456789abcdef")
     with connection.cursor() as cursor:
-        cursor.execute("ANALYZE jobs")
+        cursor.execute("ANALYZE queue_app_jobs")
     monkeypatch.setattr(engine_stats, "EXACT_COUNT_LIMIT", 0)
 
     response = staff_api.get("/api/stats/")

@@ -122,7 +122,7 @@ class Site:
     def started_on(self, host: str) -> list[tuple[str, int]]:
         """(job id, fence) of the attempts running on ``host`` whose handler has started."""
         running = self.rows(
-            "SELECT id::text, fence FROM jobs WHERE status = 'processing' AND worker_id LIKE %s",
+            "SELECT id::text, fence FROM queue_app_jobs WHERE status = 'processing' AND worker_id LIKE %s",
             f"{host}/%",
         )
         started = {(e["job"], e["fence"]) for e in self.journal()}
@@ -135,14 +135,14 @@ class Site:
 
     def all_completed(self, ids: list[str]) -> bool:
         [(done,)] = self.rows(
-            "SELECT count(*) FROM jobs WHERE id = ANY(%s::uuid[]) AND status = 'completed'", ids
+            "SELECT count(*) FROM queue_app_jobs WHERE id = ANY(%s::uuid[]) AND status = 'completed'", ids
         )
         return done == len(ids)
 
     def completed_by(self, job_id: str) -> str | None:
         """The worker whose claim completed the job, None while it is not completed."""
         found = self.rows(
-            "SELECT l.extra->>'worker' FROM jobs j JOIN job_logs l ON l.job_id = j.id"
+            "SELECT l.extra->>'worker' FROM queue_app_jobs j JOIN queue_app_job_logs l ON l.job_id = j.id"
             " WHERE j.id = %s AND j.status = 'completed' AND l.event = 'claimed'"
             " AND (l.extra->>'fence')::bigint = j.fence",
             job_id,
@@ -152,7 +152,9 @@ class Site:
     def events(self, job_id: str, event: str) -> list[dict]:
         return [
             row[0]
-            for row in self.rows("SELECT extra FROM job_logs WHERE job_id = %s AND event = %s", job_id, event)
+            for row in self.rows(
+                "SELECT extra FROM queue_app_job_logs WHERE job_id = %s AND event = %s", job_id, event
+            )
         ]
 
     def rescued_and_completed_on(self, attempts: list[tuple[str, int]], host: str) -> bool:
@@ -172,7 +174,7 @@ class Site:
             return None
         for job_id, fence in attempts:
             fenced = self.rows(
-                "SELECT 1 FROM job_logs WHERE job_id = %s AND event = ANY(%s)"
+                "SELECT 1 FROM queue_app_job_logs WHERE job_id = %s AND event = ANY(%s)"
                 " AND (extra->>'fence')::bigint = %s",
                 job_id,
                 list(FENCED_EVENTS),
@@ -184,12 +186,13 @@ class Site:
 
     def results_written_by(self, executions: set[str]) -> set[str]:
         found = self.rows(
-            "SELECT result->>'execution' FROM jobs WHERE result->>'execution' = ANY(%s)", list(executions)
+            "SELECT result->>'execution' FROM queue_app_jobs WHERE result->>'execution' = ANY(%s)",
+            list(executions),
         )
         return {row[0] for row in found}
 
     def undispatched(self) -> int:
-        return self.rows("SELECT count(*) FROM job_outbox WHERE dispatched_at IS NULL")[0][0]
+        return self.rows("SELECT count(*) FROM queue_app_job_outbox WHERE dispatched_at IS NULL")[0][0]
 
 
 @pytest.fixture
@@ -285,7 +288,7 @@ def test_jobs_survive_partitions_between_hosts_exactly_once(site, deployment):
     assert site.results_written_by(late) == set(), "a fenced execution's result was written"
 
     # Healed: everything settles, the relays drain the outbox, no process gave up.
-    every_job = [row[0] for row in site.rows("SELECT id::text FROM jobs")]
+    every_job = [row[0] for row in site.rows("SELECT id::text FROM queue_app_jobs")]
     wait_until(lambda: site.all_completed(every_job), timeout=RESCUE_TIMEOUT, message="every job to complete")
     wait_until(lambda: site.undispatched() == 0, timeout=30, message="the relays to drain the outbox")
     assert deployment.exited() == [], "a process exited during the partitions"

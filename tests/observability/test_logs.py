@@ -42,7 +42,7 @@ def test_without_structlog_configured_events_are_standard_library_records(unconf
     with caplog.at_level("DEBUG", logger="queue_app"):
         job = enqueue_job("demo.echo", {"hi": 1}, queue="default")
 
-    (record,) = [r for r in caplog.records if r.name == "queue_app.services"]
+    (record,) = [r for r in caplog.records if r.name == "queue_app.engine.enqueue"]
     assert record.levelname == "DEBUG"
     assert record.getMessage() == (
         f"job_enqueued job_id={job.id} type=demo.echo queue=default priority=medium"

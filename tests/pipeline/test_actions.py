@@ -118,7 +118,7 @@ def test_a_retried_selection_may_run_once_more_and_is_queued_now():
 
 
 def test_a_retry_that_raises_max_attempts_says_so_in_its_log_row_and_its_counts():
-    """Attempts are never reset (they fence stale workers): a job that used every attempt
+    """Attempts are never reset (they number the attempts in the job's log): a job that used every attempt
     runs once more because its max_attempts rises, and that is recorded, not silent."""
     used_up = _seed([Status.FAILED], 2)  # attempt 1 of 1
     with_attempts_left = Job.objects.create(

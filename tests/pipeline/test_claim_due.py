@@ -20,7 +20,7 @@ def set_due(job, interval: str) -> None:
     """next_retry_at relative to the database clock, which the claim compares with."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "UPDATE jobs SET next_retry_at = now() + %s::interval WHERE id = %s", [interval, job.id]
+            "UPDATE queue_app_jobs SET next_retry_at = now() + %s::interval WHERE id = %s", [interval, job.id]
         )
 
 

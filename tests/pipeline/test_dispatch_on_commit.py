@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 def make_rows_due() -> None:
     """As if RELAY_GRACE_SECONDS had passed since the jobs were enqueued."""
     with connection.cursor() as cursor:
-        cursor.execute("UPDATE job_outbox SET dispatch_after = now() - interval '1 second'")
+        cursor.execute("UPDATE queue_app_job_outbox SET dispatch_after = now() - interval '1 second'")
 
 
 def test_a_ready_job_is_in_redis_when_enqueue_returns_and_the_relay_leaves_its_row(redis_client):

@@ -145,7 +145,11 @@ def test_a_key_whose_job_was_deleted_before_the_look_up_is_free_again(monkeypatc
 
     def pruned_in_between(keys, owner):
         with _other_connection() as other:
-            for table, column in (("job_logs", "job_id"), ("job_outbox", "job_id"), ("jobs", "id")):
+            for table, column in (
+                ("queue_app_job_logs", "job_id"),
+                ("queue_app_job_outbox", "job_id"),
+                ("queue_app_jobs", "id"),
+            ):
                 other.execute(f"DELETE FROM {table} WHERE {column} = %s", [old.id])
         monkeypatch.setattr(enqueue_module, "_existing_jobs", look_up)
         return look_up(keys, owner)

@@ -21,9 +21,9 @@ def _other_connection() -> psycopg.Connection:
 
 
 COMMITTED_COUNTS = """
-SELECT (SELECT count(*) FROM jobs WHERE id = ANY(%(ids)s::uuid[])),
-       (SELECT count(*) FROM job_logs WHERE job_id = ANY(%(ids)s::uuid[])),
-       (SELECT count(*) FROM job_outbox WHERE job_id = ANY(%(ids)s::uuid[]))
+SELECT (SELECT count(*) FROM queue_app_jobs WHERE id = ANY(%(ids)s::uuid[])),
+       (SELECT count(*) FROM queue_app_job_logs WHERE job_id = ANY(%(ids)s::uuid[])),
+       (SELECT count(*) FROM queue_app_job_outbox WHERE job_id = ANY(%(ids)s::uuid[]))
 """
 
 
@@ -198,7 +198,7 @@ def test_the_enqueue_statement_runs_prepared_on_the_connection():
     enqueue_job("demo.echo")
     enqueue_job("demo.echo")
     [statement] = _prepared_statements()
-    assert "INSERT INTO jobs" in statement
+    assert "INSERT INTO queue_app_jobs" in statement
 
 
 @pytest.mark.django_db(transaction=True)

@@ -21,7 +21,9 @@ def test_an_expired_task_never_runs_and_reads_failed_with_its_cause():
     job = Job.objects.get(id=result.id)
     assert job.expires_at is not None and job.concurrency_key == "reports"
     with connection.cursor() as cursor:
-        cursor.execute("UPDATE jobs SET expires_at = now() - interval '1 second' WHERE id = %s", [result.id])
+        cursor.execute(
+            "UPDATE queue_app_jobs SET expires_at = now() - interval '1 second' WHERE id = %s", [result.id]
+        )
     assert execution.claim([result.id], worker_id="w").jobs == []
     final = expiring_sum.get_result(result.id)
     assert final.status == TaskResultStatus.FAILED

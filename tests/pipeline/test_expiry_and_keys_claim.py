@@ -20,7 +20,7 @@ def _expire_now(job_id) -> None:
     """Move a job's expiry into the past (the database clock decides, as in the claim)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "UPDATE jobs SET expires_at = now() - interval '1 second' WHERE id = %s", [str(job_id)]
+            "UPDATE queue_app_jobs SET expires_at = now() - interval '1 second' WHERE id = %s", [str(job_id)]
         )
 
 
@@ -320,7 +320,8 @@ def test_full_key_buckets_are_pruned_and_spent_ones_kept():
     execution.claim([spent, refilled], worker_id="w", queues={"default": True})
     with connection.cursor() as cursor:
         cursor.execute(
-            "UPDATE job_key_buckets SET updated_at = now() - interval '2000 seconds' WHERE key = 'refilled'"
+            "UPDATE queue_app_job_key_buckets SET updated_at = now() - interval '2000 seconds'"
+            " WHERE key = 'refilled'"
         )
     assert prune_full_key_buckets(["default"]) == 1
     assert list(KeyBucket.objects.values_list("key", flat=True)) == ["spent"]

@@ -165,7 +165,8 @@ def test_a_relay_skips_rows_another_transaction_holds_instead_of_waiting(redis_c
         held = {
             row[0]
             for row in holder.execute(
-                "SELECT job_id FROM job_outbox WHERE dispatched_at IS NULL ORDER BY id LIMIT 10 FOR UPDATE"
+                "SELECT job_id FROM queue_app_job_outbox WHERE dispatched_at IS NULL"
+                " ORDER BY id LIMIT 10 FOR UPDATE"
             )
         }
         # A plain FOR UPDATE would queue behind the holder: fail after 5 s instead of hanging.
@@ -195,7 +196,8 @@ def test_dispatched_rows_are_pruned_after_the_retention(queue_config):
     OutboxMessage.objects.filter(job=pending).update(dispatched_at=None)
     with connection.cursor() as cursor:
         cursor.execute(
-            "UPDATE job_outbox SET dispatched_at = now() - interval '2 minutes' WHERE job_id = %s", [old.id]
+            "UPDATE queue_app_job_outbox SET dispatched_at = now() - interval '2 minutes' WHERE job_id = %s",
+            [old.id],
         )
     assert relay.prune() == 1
     assert set(OutboxMessage.objects.values_list("job_id", flat=True)) == {recent.id, pending.id}

@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis]
 def make_rows_due() -> None:
     """As if RELAY_GRACE_SECONDS (or a dead relay's claim) had run out."""
     with connection.cursor() as cursor:
-        cursor.execute("UPDATE job_outbox SET dispatch_after = now() - interval '1 second'")
+        cursor.execute("UPDATE queue_app_job_outbox SET dispatch_after = now() - interval '1 second'")
 
 
 def member(job_id) -> str:
@@ -89,7 +89,7 @@ def test_a_stale_schedule_row_does_not_put_a_job_retried_since_back_in_the_retry
     job = enqueue_job("demo.echo", run_at=timezone.now() + timedelta(hours=1))
     # Its schedule row is claimed by a relay that then died: sent again only later.
     with connection.cursor() as cursor:
-        cursor.execute("UPDATE job_outbox SET dispatch_after = now() + interval '1 hour'")
+        cursor.execute("UPDATE queue_app_job_outbox SET dispatch_after = now() + interval '1 hour'")
     services.cancel_job(job.id)
     services.retry_job(job.id)  # ready now
     assert Relay().drain() == 2

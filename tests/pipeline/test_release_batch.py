@@ -31,7 +31,7 @@ def test_jobs_a_failed_release_did_not_hand_back_stay_to_run(redis_client):
     # The second job's hand-back fails: its row is locked elsewhere and the wait times out.
     blocker = psycopg.connect(**connection.get_connection_params())
     try:
-        blocker.execute("SELECT 1 FROM jobs WHERE id = %s FOR UPDATE", [claimed[2].id])
+        blocker.execute("SELECT 1 FROM queue_app_jobs WHERE id = %s FOR UPDATE", [claimed[2].id])
         with connection.cursor() as cursor:
             cursor.execute("SET statement_timeout = '300ms'")
         with pytest.raises(OperationalError):

@@ -102,10 +102,10 @@ def test_the_claim_function_runs_its_statements_on_generic_plans_without_jit():
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT proname, proconfig, provolatile FROM pg_proc"
-            " WHERE proname IN ('queue_claim_jobs_v4', 'queue_claim_controlled_jobs_v4') ORDER BY proname"
+            " WHERE proname IN ('queue_claim_jobs_v5', 'queue_claim_controlled_jobs_v5') ORDER BY proname"
         )
         functions = cursor.fetchall()
-    assert [name for name, _, _ in functions] == ["queue_claim_controlled_jobs_v4", "queue_claim_jobs_v4"]
+    assert [name for name, _, _ in functions] == ["queue_claim_controlled_jobs_v5", "queue_claim_jobs_v5"]
     for _, config, volatility in functions:
         assert sorted(config) == ["enable_seqscan=off", "jit=off", "plan_cache_mode=force_generic_plan"]
         # VOLATILE: each statement inside takes a fresh snapshot, so the claim sees what
@@ -118,7 +118,7 @@ def _controlled_claims() -> int:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions"
-            " WHERE funcname = 'queue_claim_controlled_jobs_v4'"
+            " WHERE funcname = 'queue_claim_controlled_jobs_v5'"
         )
         return cursor.fetchone()[0]
 
@@ -152,15 +152,15 @@ def test_running_jobs_are_completed_and_extended_by_primary_key():
     planner only the primary key."""
     jobs = enqueue_jobs([JobRequest(type="demo.echo", payload={"n": n}) for n in range(3000)])
     with connection.cursor() as cursor:
-        cursor.execute("UPDATE jobs SET status = 'processing', fence = 1, worker_id = 'w-plan'")
+        cursor.execute("UPDATE queue_app_jobs SET status = 'processing', fence = 1, worker_id = 'w-plan'")
     rows = json.dumps([{"id": str(job.id), "fence": 1, "result": None} for job in jobs[:20]])
     unanalysed = _completion_plans(rows)
     with connection.cursor() as cursor:
-        cursor.execute("ANALYZE jobs")  # as an autovacuum may have done by now in a long run
+        cursor.execute("ANALYZE queue_app_jobs")  # as an autovacuum may have done by now in a long run
     for name, plan in [*unanalysed.items(), *_completion_plans(rows).items()]:
-        # "Bitmap Index Scan on jobs_pkey" without statistics, "Index Scan using jobs_pkey" with.
-        assert "jobs_pkey" in plan, (name, plan)
-        assert "Seq Scan on jobs" not in plan, (name, plan)
+        # "Bitmap Index Scan on queue_app_jobs_pkey" without statistics, "Index Scan using" it with.
+        assert "queue_app_jobs_pkey" in plan, (name, plan)
+        assert "Seq Scan on queue_app_jobs" not in plan, (name, plan)
         assert "idx_jobs_running_queue" not in plan and "idx_jobs_status" not in plan, (name, plan)
 
 
@@ -180,7 +180,7 @@ def _seq_scans_of_jobs() -> int:
         # This backend's counts reach the shared statistics when it next goes idle.
         cursor.execute("SELECT pg_stat_force_next_flush()")
         cursor.execute("SELECT pg_stat_clear_snapshot()")
-        cursor.execute("SELECT seq_scan FROM pg_stat_user_tables WHERE relid = 'jobs'::regclass")
+        cursor.execute("SELECT seq_scan FROM pg_stat_user_tables WHERE relid = 'queue_app_jobs'::regclass")
         return cursor.fetchone()[0]
 
 

@@ -120,7 +120,7 @@ class Monitor:
 def test_reconcile_batch_size_pages_the_jobs_and_still_repairs_everything(redis_client, relay_path):
     jobs = enqueue_jobs([JobRequest(type="demo.echo") for _ in range(10)])
     with connection.cursor() as cursor:  # relayed long ago, then lost with Redis
-        cursor.execute("UPDATE job_outbox SET dispatched_at = now() - interval '1 hour'")
+        cursor.execute("UPDATE queue_app_job_outbox SET dispatched_at = now() - interval '1 hour'")
     stale = [f"00000000-0000-4000-8000-{n:012d}" for n in range(6)]
     redis_client.zadd(broker.priority_key("default"), dict.fromkeys(stale, 1))
     db = redis_client.connection_pool.connection_kwargs["db"]

@@ -23,7 +23,7 @@ def mark_relayed(*, seconds_ago: float = 3600) -> None:
     """As if the relay had dispatched every pending outbox row that long ago."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "UPDATE job_outbox SET dispatched_at = now() - make_interval(secs => %s) "
+            "UPDATE queue_app_job_outbox SET dispatched_at = now() - make_interval(secs => %s) "
             "WHERE dispatched_at IS NULL",
             [seconds_ago],
         )
@@ -74,12 +74,12 @@ def database_state() -> dict:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT id, status, attempts, next_retry_at, enqueued_at, lease_expires_at, worker_id "
-            "FROM jobs ORDER BY id"
+            "FROM queue_app_jobs ORDER BY id"
         )
         jobs = cursor.fetchall()
-        cursor.execute("SELECT job_id, event FROM job_logs ORDER BY id")
+        cursor.execute("SELECT job_id, event FROM queue_app_job_logs ORDER BY id")
         logs = cursor.fetchall()
-        cursor.execute("SELECT job_id, action, score, dispatched_at FROM job_outbox ORDER BY id")
+        cursor.execute("SELECT job_id, action, score, dispatched_at FROM queue_app_job_outbox ORDER BY id")
         outbox = cursor.fetchall()
     return {"jobs": jobs, "logs": logs, "outbox": outbox}
 

@@ -92,7 +92,8 @@ def seed_every_case() -> dict[str, str]:
     claim_jobs([str(expired.id)], worker_id="dead")
     with connection.cursor() as cursor:
         cursor.execute(
-            "UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = %s", [expired.id]
+            "UPDATE queue_app_jobs SET lease_expires_at = now() - interval '1 second' WHERE id = %s",
+            [expired.id],
         )
     client = broker.get_client()
     client.zadd(broker.priority_key("default"), {str(finished.id): 1})

@@ -19,7 +19,7 @@ def running(*, max_attempts: int, lease_offset_ms: int) -> str:
     (claimed,) = claim_jobs([str(job.id)], worker_id="dead-worker")
     with connection.cursor() as cursor:
         cursor.execute(
-            "UPDATE jobs SET lease_expires_at = now() + make_interval(secs => %s) WHERE id = %s",
+            "UPDATE queue_app_jobs SET lease_expires_at = now() + make_interval(secs => %s) WHERE id = %s",
             [lease_offset_ms / 1000, claimed.id],
         )
     return claimed.id

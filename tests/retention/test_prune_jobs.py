@@ -87,7 +87,9 @@ def test_deletes_in_batches():
     jobs = [finished("completed", 30) for _ in range(5)]
     with CaptureQueriesContext(connection) as queries:
         assert "deleted 5 completed job(s)" in prune("--batch-size", "2")
-    deletes = [q["sql"] for q in queries.captured_queries if q["sql"].startswith('DELETE FROM "jobs"')]
+    deletes = [
+        q["sql"] for q in queries.captured_queries if q["sql"].startswith('DELETE FROM "queue_app_jobs"')
+    ]
     assert len(deletes) == 3
     assert not any(exists(job) for job in jobs)
 

@@ -93,7 +93,7 @@ def test_jobs_run_and_commit_in_a_transactional_test_without_redis():
     # Committed: another connection sees every outcome.
     with sql.dedicated_connection() as other:
         rows = other.execute(
-            "SELECT id::text, status FROM jobs WHERE id = ANY(%s::uuid[])",
+            "SELECT id::text, status FROM queue_app_jobs WHERE id = ANY(%s::uuid[])",
             [[str(job.id) for job in jobs.values()]],
         ).fetchall()
         effects = other.execute("SELECT count(*) FROM probe_effect").fetchone()[0]

@@ -29,17 +29,17 @@ def test_the_history_is_finished_jobs_with_their_trails_over_ninety_days():
     history.fill(3000)
     history.fill(4500)  # grows by the difference only
     assert history.history_count() == 4500
-    statuses = dict(_rows("SELECT status, count(*) FROM jobs GROUP BY status"))
+    statuses = dict(_rows("SELECT status, count(*) FROM queue_app_jobs GROUP BY status"))
     assert set(statuses) <= {str(status) for status in TERMINAL}
     assert statuses["completed"] > 3500 and statuses.get("failed", 0) > 100
     [(oldest, newest)] = _rows(
         "SELECT extract(day FROM now() - min(created_at)), extract(day FROM now() - max(created_at))"
-        "  FROM jobs"
+        "  FROM queue_app_jobs"
     )
     assert oldest == 90 and newest == 1
     trails = _rows(
         """SELECT j.status, array_agg(l.event ORDER BY l.created_at, l.id)
-             FROM jobs j JOIN job_logs l ON l.job_id = j.id GROUP BY j.id, j.status"""
+             FROM queue_app_jobs j JOIN queue_app_job_logs l ON l.job_id = j.id GROUP BY j.id, j.status"""
     )
     assert len(trails) == 4500
     for status, events in trails:

@@ -99,7 +99,7 @@ def test_the_release_commits_with_the_completion_and_rolls_back_with_it():
         with psycopg.connect(database_url(), autocommit=True) as other:
             rows = dict(
                 other.execute(
-                    "SELECT id::text, status FROM jobs WHERE id = ANY(%s::uuid[])",
+                    "SELECT id::text, status FROM queue_app_jobs WHERE id = ANY(%s::uuid[])",
                     [[str(parent_job.id), str(child_job.id)]],
                 ).fetchall()
             )

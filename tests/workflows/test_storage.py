@@ -199,7 +199,7 @@ def test_the_settle_function_writes_what_the_transition_table_says():
     """The function's literals are the table's rows (it cannot bind them: it is called from
     statements that know nothing of workflows)."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT prosrc FROM pg_proc WHERE proname = 'queue_settle_dependents_v1'")
+        cursor.execute("SELECT prosrc FROM pg_proc WHERE proname = 'queue_settle_dependents_v2'")
         (source,) = cursor.fetchone()
     release, failed = TRANSITION_TABLE["release"], TRANSITION_TABLE["dependency_failed"]
     assert f"'{release.event}'" in source and f"'{release.level}'" in source

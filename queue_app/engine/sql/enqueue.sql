@@ -5,7 +5,7 @@
 -- transaction it joins it and commits (or rolls back) with it.
 --
 -- A "waiting" job (it has dependencies) is inserted waiting, with no outbox row: the
--- settle of its last dependency releases it (engine/sql/schema/workflows_v1.sql).
+-- settle of its last dependency releases it (engine/sql/schema/workflows_v2.sql).
 --
 -- A "direct" job is one the caller pushes to Redis itself after the commit
 -- (DISPATCH_ON_COMMIT): its outbox row waits RELAY_GRACE_SECONDS
@@ -13,7 +13,7 @@
 
 -- name: lock_keys
 -- The advisory locks of the concurrency keys a call enqueues to (class QUEUE_LOCK_CLASS + 1,
--- as the claim in schema/claim_v4.sql tries them), in hash order so two calls never
+-- as the claim in schema/claim_v5.sql tries them), in hash order so two calls never
 -- deadlock. Held to the end of the transaction: whether a job parks behind its key's job
 -- in line is decided, and written, before a claim can give the key its next turn.
 SELECT pg_advisory_xact_lock(%(lock_class)s, k.h)
@@ -25,18 +25,18 @@ SELECT pg_advisory_xact_lock(%(lock_class)s, k.h)
 -- Of the given (queue, key) pairs, those with a job in line (queued, ready, not parked):
 -- a new job of such a key parks behind it. The literal status is the condition of
 -- idx_jobs_queued_key.
-SELECT DISTINCT jobs.queue, jobs.concurrency_key
+SELECT DISTINCT queue_app_jobs.queue, queue_app_jobs.concurrency_key
   FROM unnest(%(queues)s::text[], %(keys)s::text[]) AS t(queue, key)
-  JOIN jobs ON jobs.queue = t.queue AND jobs.concurrency_key = t.key
- WHERE jobs.status = 'queued' AND NOT jobs.parked AND jobs.concurrency_key IS NOT NULL
-   AND (jobs.next_retry_at IS NULL OR jobs.next_retry_at <= now())
+  JOIN queue_app_jobs ON queue_app_jobs.queue = t.queue AND queue_app_jobs.concurrency_key = t.key
+ WHERE queue_app_jobs.status = 'queued' AND NOT queue_app_jobs.parked AND queue_app_jobs.concurrency_key IS NOT NULL
+   AND (queue_app_jobs.next_retry_at IS NULL OR queue_app_jobs.next_retry_at <= now())
 
 -- name: insert_job
 -- One job: the same rows as insert_jobs, planned much faster than its arrays.
 -- A key its owner already used (jobs without an owner share one scope) inserts
 -- nothing (the caller looks the job up).
 WITH job AS (
-    INSERT INTO jobs (id, type, queue, payload, priority, priority_value, status, attempts, max_attempts,
+    INSERT INTO queue_app_jobs (id, type, queue, payload, priority, priority_value, status, attempts, max_attempts,
                       next_retry_at, enqueued_at, last_error, last_error_class, last_error_traceback,
                       idempotency_key,
                       idempotency_fingerprint, unique_key, expires_at, concurrency_key, parked, owner_id, worker_id,
@@ -49,10 +49,10 @@ WITH job AS (
         ON CONFLICT (idempotency_key, owner_id) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, created_at
 ), logged AS (
-    INSERT INTO job_logs (job_id, level, event, message, extra)
+    INSERT INTO queue_app_job_logs (job_id, level, event, message, extra)
     SELECT id, 'info', %(event)s, %(message)s, %(extra)s::jsonb FROM job
 ), dispatch AS (
-    INSERT INTO job_outbox (job_id, action, queue, score, member, dispatch_after)
+    INSERT INTO queue_app_job_outbox (job_id, action, queue, score, member, dispatch_after)
     SELECT id, %(action)s, %(queue)s, %(score)s, %(member)s,
            CASE WHEN %(direct)s::boolean THEN now() + make_interval(secs => %(relay_grace)s::float8) END
       FROM job
@@ -79,7 +79,7 @@ WITH request AS (
                 concurrency_key text, parked boolean, backend text, message text, extra text,
                 action text, score float8, member text, direct boolean, waiting boolean)
 ), job AS (
-    INSERT INTO jobs (id, type, queue, payload, priority, priority_value, status, attempts, max_attempts,
+    INSERT INTO queue_app_jobs (id, type, queue, payload, priority, priority_value, status, attempts, max_attempts,
                       next_retry_at, enqueued_at, last_error, last_error_class, last_error_traceback,
                       idempotency_key,
                       idempotency_fingerprint, unique_key, expires_at, concurrency_key, parked, owner_id, worker_id,
@@ -93,12 +93,12 @@ WITH request AS (
         ON CONFLICT (idempotency_key, owner_id) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, created_at
 ), logged AS (
-    INSERT INTO job_logs (job_id, level, event, message, extra)
+    INSERT INTO queue_app_job_logs (job_id, level, event, message, extra)
     SELECT request.id, 'info', %(event)s, request.message, request.extra::jsonb
       FROM request JOIN job USING (id)
      ORDER BY request.position
 ), dispatch AS (
-    INSERT INTO job_outbox (job_id, action, queue, score, member, dispatch_after)
+    INSERT INTO queue_app_job_outbox (job_id, action, queue, score, member, dispatch_after)
     SELECT request.id, request.action, request.queue, request.score, request.member,
            CASE WHEN request.direct THEN now() + make_interval(secs => %(relay_grace)s::float8) END
       FROM request JOIN job USING (id)

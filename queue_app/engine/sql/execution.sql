@@ -1,16 +1,17 @@
 -- Running jobs, set-based: the batched claim and completion, the lease
--- rescue and the heartbeat. Fenced by jobs.fence (+1 per claim, never lowered). Statuses, events
--- and log levels are bound from states.TRANSITION_TABLE (%(sources)s,
--- %(target)s, %(event)s, %(level)s), never written here as literals.
+-- rescue and the heartbeat. Fenced by queue_app_jobs.fence (+1 per claim, never lowered). The
+-- transitions' statuses, events and log levels are bound from states.TRANSITION_TABLE
+-- (%(sources)s, %(target)s, %(event)s, %(level)s). The literal statuses left are no
+-- transition's: mark_started's guard, and expire_queued_jobs' condition of its index.
 
 -- name: claim_jobs
 -- The queue locks, then the compare-and-set claim, in one call: the function
--- queue_claim_jobs_v4 (schema/claim_v4.sql), which falls back to the claim with
--- queue and key controls and expiry, queue_claim_controlled_jobs_v4 (same file).
+-- queue_claim_jobs_v5 (schema/claim_v5.sql), which falls back to the claim with
+-- queue and key controls and expiry, queue_claim_controlled_jobs_v5 (same file).
 -- Returns the claimed jobs (claimed = true) and the queued, due ids the queue
 -- controls held back (claimed = false), which the caller puts back in place.
 SELECT id, type, queue, payload, attempts, max_attempts, fence, claimed, trace_context, waited
-  FROM queue_claim_jobs_v4(%(ids)s::uuid[], %(worker)s, %(lease)s, %(queues)s::text[], %(exclusive)s::boolean[],
+  FROM queue_claim_jobs_v5(%(ids)s::uuid[], %(worker)s, %(lease)s, %(queues)s::text[], %(exclusive)s::boolean[],
                            %(lock_class)s, %(sources)s::text[], %(target)s, %(event)s, %(level)s,
                            %(expire_target)s, %(expire_event)s, %(expire_level)s)
 
@@ -21,15 +22,15 @@ SELECT id, type, queue, payload, attempts, max_attempts, fence, claimed, trace_c
 WITH input AS (
     SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS t(id uuid, fence bigint, result jsonb)
 ), done AS (
-    UPDATE jobs
+    UPDATE queue_app_jobs
        SET status = %(target)s, result = input.result, completed_at = now(),
            last_error = '', last_error_class = '', last_error_traceback = '', worker_id = '', lease_expires_at = NULL
       FROM input
-     WHERE jobs.id = ANY(ARRAY(SELECT input.id FROM input)) AND jobs.id = input.id
-       AND jobs.status || '' = ANY(%(sources)s) AND jobs.fence = input.fence
- RETURNING jobs.id, jobs.attempts, jobs.type, jobs.queue
+     WHERE queue_app_jobs.id = ANY(ARRAY(SELECT input.id FROM input)) AND queue_app_jobs.id = input.id
+       AND queue_app_jobs.status || '' = ANY(%(sources)s) AND queue_app_jobs.fence = input.fence
+ RETURNING queue_app_jobs.id, queue_app_jobs.attempts, queue_app_jobs.type, queue_app_jobs.queue
 ), logged AS (
-    INSERT INTO job_logs (job_id, created_at, level, event, message, extra)
+    INSERT INTO queue_app_job_logs (job_id, created_at, level, event, message, extra)
     SELECT id, now(), %(level)s, %(event)s, '', jsonb_build_object('attempt', attempts) FROM done
 )
 SELECT id, type, queue FROM done
@@ -40,7 +41,7 @@ SELECT id, type, queue FROM done
 -- SKIP LOCKED lets two rescuers share the work. %(queues)s NULL: every
 -- queue (the reconciler); else those queues only (their maintenance leader).
 SELECT id, type, attempts
-  FROM jobs
+  FROM queue_app_jobs
  WHERE status = ANY(%(sources)s) AND lease_expires_at < now()
    AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
  ORDER BY lease_expires_at
@@ -54,7 +55,7 @@ SELECT id, type, attempts
 WITH expired AS (
     SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS t(id uuid, delay float8)
 )
-UPDATE jobs
+UPDATE queue_app_jobs
    SET status = CASE WHEN attempts < max_attempts THEN %(requeue_target)s ELSE %(fail_target)s END,
        next_retry_at = CASE WHEN attempts < max_attempts THEN now() + make_interval(secs => expired.delay) END,
        enqueued_at = CASE WHEN attempts < max_attempts
@@ -63,8 +64,8 @@ UPDATE jobs
        last_error = %(error)s, last_error_class = %(error_class)s, last_error_traceback = '',
        worker_id = '', lease_expires_at = NULL
   FROM expired
- WHERE jobs.id = ANY(ARRAY(SELECT expired.id FROM expired)) AND jobs.id = expired.id
-RETURNING jobs.id, status, attempts, queue, priority_value, enqueued_at, next_retry_at, type
+ WHERE queue_app_jobs.id = ANY(ARRAY(SELECT expired.id FROM expired)) AND queue_app_jobs.id = expired.id
+RETURNING queue_app_jobs.id, status, attempts, queue, priority_value, enqueued_at, next_retry_at, type
 
 -- name: confirm_cancels
 -- Attempts that ended while their job was cancelling: whatever the handler did, the
@@ -73,20 +74,20 @@ RETURNING jobs.id, status, attempts, queue, priority_value, enqueued_at, next_re
 WITH input AS (
     SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS t(id uuid, fence bigint)
 )
-UPDATE jobs SET status = %(target)s, completed_at = now(), worker_id = '',
+UPDATE queue_app_jobs SET status = %(target)s, completed_at = now(), worker_id = '',
        lease_expires_at = NULL, next_retry_at = NULL
   FROM input
- WHERE jobs.id = ANY(ARRAY(SELECT input.id FROM input)) AND jobs.id = input.id
-   AND jobs.status || '' = ANY(%(sources)s) AND jobs.fence = input.fence
-RETURNING jobs.id, jobs.status, jobs.attempts, jobs.queue, jobs.priority_value, jobs.enqueued_at,
-          jobs.next_retry_at, jobs.retry_requested
+ WHERE queue_app_jobs.id = ANY(ARRAY(SELECT input.id FROM input)) AND queue_app_jobs.id = input.id
+   AND queue_app_jobs.status || '' = ANY(%(sources)s) AND queue_app_jobs.fence = input.fence
+RETURNING queue_app_jobs.id, queue_app_jobs.status, queue_app_jobs.attempts, queue_app_jobs.queue, queue_app_jobs.priority_value, queue_app_jobs.enqueued_at,
+          queue_app_jobs.next_retry_at, queue_app_jobs.retry_requested
 
 -- name: rescue_cancelling
 -- Jobs asked to cancel whose worker stopped heartbeating: nothing runs them any more,
 -- so the cancel stands. %(queues)s as in rescue_expired_leases.
-UPDATE jobs SET status = %(target)s, completed_at = now(), worker_id = '',
+UPDATE queue_app_jobs SET status = %(target)s, completed_at = now(), worker_id = '',
        lease_expires_at = NULL, next_retry_at = NULL
- WHERE id IN (SELECT id FROM jobs
+ WHERE id IN (SELECT id FROM queue_app_jobs
                WHERE status = ANY(%(sources)s) AND lease_expires_at < now()
                  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
                ORDER BY lease_expires_at
@@ -100,16 +101,16 @@ RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_a
 WITH held AS (
     SELECT * FROM jsonb_to_recordset(%(rows)s::jsonb) AS t(id uuid, fence bigint)
 )
-UPDATE jobs SET lease_expires_at = now() + make_interval(secs => %(lease)s)
+UPDATE queue_app_jobs SET lease_expires_at = now() + make_interval(secs => %(lease)s)
   FROM held
- WHERE jobs.id = ANY(ARRAY(SELECT held.id FROM held)) AND jobs.id = held.id AND jobs.fence = held.fence
-   AND jobs.status || '' = ANY(%(running)s) AND jobs.worker_id = %(worker)s
-RETURNING jobs.id, jobs.status
+ WHERE queue_app_jobs.id = ANY(ARRAY(SELECT held.id FROM held)) AND queue_app_jobs.id = held.id AND queue_app_jobs.fence = held.fence
+   AND queue_app_jobs.status || '' = ANY(%(running)s) AND queue_app_jobs.worker_id = %(worker)s
+RETURNING queue_app_jobs.id, queue_app_jobs.status
 
 
 -- name: mark_started
 -- A claimed job that starts noticeably after its claim: started_at is its start.
-UPDATE jobs SET started_at = now()
+UPDATE queue_app_jobs SET started_at = now()
  WHERE id = %(id)s AND status = 'processing' AND fence = %(fence)s
 
 -- name: listen_cancel
@@ -118,8 +119,8 @@ LISTEN jobqueue_cancel
 
 -- name: release_stalled_keys
 -- Keys with parked jobs and none in line get their next turn: the function
--- queue_release_stalled_keys_v1 (schema/claim_v4.sql). Returns how many jobs it unparked.
-SELECT queue_release_stalled_keys_v1(%(queues)s::text[], %(lock_class)s, %(limit)s)
+-- queue_release_stalled_keys_v2 (schema/claim_v5.sql). Returns how many jobs it unparked.
+SELECT queue_release_stalled_keys_v2(%(queues)s::text[], %(lock_class)s, %(limit)s)
 
 -- name: expire_queued_jobs
 -- Queued jobs past their expiry that no claim has met (their ids not popped, or not in
@@ -128,15 +129,15 @@ SELECT queue_release_stalled_keys_v1(%(queues)s::text[], %(lock_class)s, %(limit
 -- The literal status and expiry test are the condition of idx_jobs_queued_expiry.
 WITH due AS (
     SELECT id
-      FROM jobs
+      FROM queue_app_jobs
      WHERE status = 'queued' AND expires_at IS NOT NULL AND expires_at <= now()
        AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
      ORDER BY expires_at
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
 )
-UPDATE jobs SET status = %(target)s, completed_at = now(), next_retry_at = NULL
+UPDATE queue_app_jobs SET status = %(target)s, completed_at = now(), next_retry_at = NULL
   FROM due
- WHERE jobs.id = due.id AND jobs.status = ANY(%(sources)s)
-RETURNING jobs.id, jobs.status, jobs.attempts, jobs.queue, jobs.priority_value, jobs.enqueued_at,
-          jobs.next_retry_at, jsonb_build_object('expires_at', jobs.expires_at)
+ WHERE queue_app_jobs.id = due.id AND queue_app_jobs.status = ANY(%(sources)s)
+RETURNING queue_app_jobs.id, queue_app_jobs.status, queue_app_jobs.attempts, queue_app_jobs.queue, queue_app_jobs.priority_value, queue_app_jobs.enqueued_at,
+          queue_app_jobs.next_retry_at, jsonb_build_object('expires_at', queue_app_jobs.expires_at)

@@ -23,14 +23,14 @@ SELECT pg_notify('jobqueue_outbox', '')
 -- dispatch_after tells a row its enqueuer pushed itself (or a relay that died).
 WITH candidate AS MATERIALIZED (
     SELECT id, queue, dispatch_after
-      FROM job_outbox
+      FROM queue_app_job_outbox
      WHERE dispatched_at IS NULL AND (dispatch_after IS NULL OR dispatch_after <= now())
      ORDER BY id
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
 ), line_held AS (
     SELECT o.queue, min(o.id) AS first_held
-      FROM job_outbox o
+      FROM queue_app_job_outbox o
      WHERE o.dispatched_at IS NULL
        AND EXISTS (SELECT FROM candidate WHERE queue = ANY(%(fifo_queues)s::text[]))
        AND o.queue = ANY(%(fifo_queues)s::text[])
@@ -38,7 +38,7 @@ WITH candidate AS MATERIALIZED (
        AND o.id NOT IN (SELECT id FROM candidate)
      GROUP BY o.queue
 ), claimed AS (
-    UPDATE job_outbox o
+    UPDATE queue_app_job_outbox o
        SET dispatch_after = now() + make_interval(secs => %(claim_seconds)s)
       FROM candidate c
       LEFT JOIN line_held h ON h.queue = c.queue
@@ -51,7 +51,7 @@ SELECT c.id, c.job_id, c.action, c.queue, c.member, c.to_head, c.pushed, c.claim
        -- A time that has come is no wait: the job goes straight to its ready place.
        CASE WHEN j.next_retry_at > now() THEN j.next_retry_at END, j.xmin::text
   FROM claimed c
-  JOIN jobs j ON j.id = c.job_id
+  JOIN queue_app_jobs j ON j.id = c.job_id
  ORDER BY c.id
 
 -- name: finish_outbox_claim
@@ -61,10 +61,10 @@ SELECT c.id, c.job_id, c.action, c.queue, c.member, c.to_head, c.pushed, c.claim
 -- may have landed after the one made for that change, so they are sent again with
 -- the job as it is then. Only rows still under this claim change: if it ran out and
 -- another relay took them over, they are that relay's to finish.
-UPDATE job_outbox o
+UPDATE queue_app_job_outbox o
    SET dispatched_at = CASE WHEN j.xmin::text = sent.version THEN now() END,
        dispatch_after = CASE WHEN j.xmin::text = sent.version THEN o.dispatch_after END
-  FROM unnest(%(ids)s::bigint[], %(versions)s::text[]) AS sent(id, version), jobs j
+  FROM unnest(%(ids)s::bigint[], %(versions)s::text[]) AS sent(id, version), queue_app_jobs j
  WHERE o.id = sent.id AND j.id = o.job_id
    AND o.dispatched_at IS NULL AND o.dispatch_after = %(claimed_until)s
 RETURNING o.dispatched_at IS NOT NULL
@@ -72,7 +72,7 @@ RETURNING o.dispatched_at IS NOT NULL
 -- name: release_outbox_claim
 -- The push failed: the claimed rows fall due again at once, for whichever relay
 -- reaches Redis first.
-UPDATE job_outbox SET dispatch_after = NULL
+UPDATE queue_app_job_outbox SET dispatch_after = NULL
  WHERE id = ANY(%(ids)s::bigint[]) AND dispatched_at IS NULL AND dispatch_after = %(claimed_until)s
 
 -- name: listen_outbox
@@ -82,8 +82,8 @@ LISTEN jobqueue_outbox
 -- One chunk of dispatched rows older than the retention, oldest first: a range of
 -- idx_outbox_dispatched_at, then a primary-key probe per row. (With "id IN (subquery)"
 -- the planner joins the chunk to a full scan of the outbox.)
-DELETE FROM job_outbox WHERE id = ANY(ARRAY(
-    SELECT id FROM job_outbox
+DELETE FROM queue_app_job_outbox WHERE id = ANY(ARRAY(
+    SELECT id FROM queue_app_job_outbox
      WHERE dispatched_at < now() - make_interval(secs => %(retention)s)
      ORDER BY dispatched_at
      LIMIT %(limit)s))

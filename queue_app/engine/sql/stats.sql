@@ -10,7 +10,7 @@ SELECT statement_timestamp()
 -- Each status's jobs, counted no further than %(cap)s + 1: at most that many entries of
 -- idx_jobs_status per status, however stale the statistics are.
 SELECT status,
-       (SELECT count(*) FROM (SELECT 1 FROM jobs WHERE jobs.status = s.status LIMIT %(cap)s + 1) AS capped)
+       (SELECT count(*) FROM (SELECT 1 FROM queue_app_jobs WHERE queue_app_jobs.status = s.status LIMIT %(cap)s + 1) AS capped)
   FROM unnest(%(statuses)s::text[]) AS s (status)
 
 -- name: job_count_estimates
@@ -18,17 +18,17 @@ SELECT status,
 -- table's rows and, from ANALYZE's most common values, each status's and each queue's share.
 -- No rows before the first ANALYZE.
 WITH total AS (
-    SELECT greatest(reltuples, 0) AS rows FROM pg_class WHERE oid = 'jobs'::regclass
+    SELECT greatest(reltuples, 0) AS rows FROM pg_class WHERE oid = 'queue_app_jobs'::regclass
 )
 SELECT attname, value, freq, total.rows
   FROM total, pg_stats, unnest(most_common_vals::text::text[], most_common_freqs) AS mcv (value, freq)
- WHERE schemaname = current_schema() AND tablename = 'jobs' AND attname IN ('queue', 'status')
+ WHERE schemaname = current_schema() AND tablename = 'queue_app_jobs' AND attname IN ('queue', 'status')
 
 -- name: job_counts_by_queue
 -- Exact counts for the statuses counted small; ``scheduled`` = queued, waiting for a time.
 SELECT queue, status, count(*) AS jobs,
        count(*) FILTER (WHERE status = 'queued' AND next_retry_at > statement_timestamp()) AS scheduled
-  FROM jobs
+  FROM queue_app_jobs
  WHERE status = ANY(%(statuses)s::text[])
  GROUP BY queue, status
 
@@ -37,16 +37,16 @@ SELECT queue, status, count(*) AS jobs,
 -- when their enqueuer pushed them itself (within it they are in Redis already);
 -- such a row waits from then. Served by the partial index on undispatched rows.
 SELECT queue, count(*) AS pending, min(coalesce(dispatch_after, created_at)) AS oldest
-  FROM job_outbox
+  FROM queue_app_job_outbox
  WHERE dispatched_at IS NULL
    AND (dispatch_after IS NULL OR dispatch_after <= statement_timestamp())
  GROUP BY queue
 
 -- name: oldest_due_queued
 -- A job scheduled for later is not waiting yet: its enqueued_at is its due time.
-SELECT min(enqueued_at) FROM jobs WHERE status = 'queued' AND enqueued_at <= statement_timestamp()
+SELECT min(enqueued_at) FROM queue_app_jobs WHERE status = 'queued' AND enqueued_at <= statement_timestamp()
 
 -- name: oldest_due_queued_among
 SELECT min(enqueued_at)
-  FROM jobs
+  FROM queue_app_jobs
  WHERE id = ANY(%(ids)s::uuid[]) AND status = 'queued' AND enqueued_at <= statement_timestamp()

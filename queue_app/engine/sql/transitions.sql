@@ -10,7 +10,7 @@
 
 -- name: schedule_retry
 -- A failed attempt with attempts left: queued again after a backoff.
-UPDATE jobs
+UPDATE queue_app_jobs
    SET status = %(target)s, next_retry_at = now() + make_interval(secs => %(delay)s),
        enqueued_at = now() + make_interval(secs => %(delay)s), completed_at = NULL,
        last_error = %(error)s, last_error_class = %(error_class)s, last_error_traceback = %(traceback)s,
@@ -21,7 +21,7 @@ RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_a
 
 -- name: fail
 -- A failed attempt that is not retried: failed for good.
-UPDATE jobs
+UPDATE queue_app_jobs
    SET status = %(target)s, next_retry_at = NULL, completed_at = now(),
        last_error = %(error)s, last_error_class = %(error_class)s, last_error_traceback = %(traceback)s,
        worker_id = '', lease_expires_at = NULL
@@ -31,7 +31,7 @@ RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_a
 -- name: hand_back
 -- A clean shutdown returns a running job unrun: the attempt is not counted;
 -- the fence stays, so the next claim's token is above every earlier one.
-UPDATE jobs SET status = %(target)s, attempts = attempts - 1, worker_id = '',
+UPDATE queue_app_jobs SET status = %(target)s, attempts = attempts - 1, worker_id = '',
        lease_expires_at = NULL, started_at = NULL
  WHERE id = %(id)s AND status = ANY(%(sources)s) AND fence = %(fence)s AND worker_id = %(worker)s
 -- attempts + 1: the attempt handed back, which its log row names.
@@ -41,7 +41,7 @@ RETURNING id, status, attempts + 1, queue, priority_value, enqueued_at, next_ret
 -- The handler asked to wait (it raised Snooze): queued again, due after the seconds it
 -- asked for, its attempt taken back (as a hand-back's) and counted as a snooze, while the
 -- job has snoozed fewer than %(max_snoozes)s times. The fence stays, as for a hand-back.
-UPDATE jobs
+UPDATE queue_app_jobs
    SET status = %(target)s, attempts = attempts - 1, snoozes = snoozes + 1,
        next_retry_at = now() + make_interval(secs => %(delay)s),
        enqueued_at = now() + make_interval(secs => %(delay)s),
@@ -52,7 +52,7 @@ RETURNING id, status, attempts + 1, queue, priority_value, enqueued_at, next_ret
 
 -- name: cancel
 -- A job no worker runs: cancelled at once.
-UPDATE jobs SET status = %(target)s, completed_at = now(), worker_id = '',
+UPDATE queue_app_jobs SET status = %(target)s, completed_at = now(), worker_id = '',
        lease_expires_at = NULL, next_retry_at = NULL
  WHERE id = ANY(%(ids)s::uuid[]) AND status = ANY(%(sources)s)
 RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_at
@@ -62,7 +62,7 @@ RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_a
 -- PostgreSQL delivers at commit ("<id> <fence>": the attempt meant), and stops the
 -- attempt; until it confirms, the job keeps its lease and no retry can be claimed.
 WITH asked AS (
-    UPDATE jobs SET status = %(target)s
+    UPDATE queue_app_jobs SET status = %(target)s
      WHERE id = ANY(%(ids)s::uuid[]) AND status = ANY(%(sources)s)
     RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_at, fence
 )
@@ -71,38 +71,38 @@ SELECT id, status, attempts, queue, priority_value, enqueued_at, next_retry_at
 
 -- name: confirm_cancel
 -- The worker stopped the attempt the cancel was asked of (its fence): cancelled now.
-UPDATE jobs SET status = %(target)s, completed_at = now(), worker_id = '',
+UPDATE queue_app_jobs SET status = %(target)s, completed_at = now(), worker_id = '',
        lease_expires_at = NULL, next_retry_at = NULL
  WHERE id = %(id)s AND status = ANY(%(sources)s) AND fence = %(fence)s
 RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_at
 
 -- name: request_retry
 -- A retry of a job still cancelling: kept until the cancel is confirmed.
-UPDATE jobs SET retry_requested = true
+UPDATE queue_app_jobs SET retry_requested = true
  WHERE id = ANY(%(ids)s::uuid[]) AND status = ANY(%(sources)s)
 RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_at
 
 -- name: retry
--- Attempts are never reset (they fence stale workers): max_attempts rises instead,
+-- Attempts are never reset (they number the attempts in the job's log): max_attempts rises instead,
 -- to one more than the attempts made, and the log row records it before and after.
 -- "before" locks the rows first, so it reads the value this UPDATE replaces.
-UPDATE jobs SET status = %(target)s, max_attempts = GREATEST(jobs.max_attempts, jobs.attempts + 1),
+UPDATE queue_app_jobs SET status = %(target)s, max_attempts = GREATEST(queue_app_jobs.max_attempts, queue_app_jobs.attempts + 1),
        next_retry_at = NULL, enqueued_at = now(), completed_at = NULL,
        result = NULL, worker_id = '', lease_expires_at = NULL, retry_requested = false
-  FROM (SELECT id, max_attempts FROM jobs
+  FROM (SELECT id, max_attempts FROM queue_app_jobs
          WHERE id = ANY(%(ids)s::uuid[]) AND status = ANY(%(sources)s)
            FOR UPDATE) AS before
- WHERE jobs.id = before.id AND jobs.status = ANY(%(sources)s)
-RETURNING jobs.id, jobs.status, jobs.attempts, jobs.queue, jobs.priority_value, jobs.enqueued_at,
-          jobs.next_retry_at,
-          jsonb_build_object('max_attempts_before', before.max_attempts, 'max_attempts', jobs.max_attempts)
+ WHERE queue_app_jobs.id = before.id AND queue_app_jobs.status = ANY(%(sources)s)
+RETURNING queue_app_jobs.id, queue_app_jobs.status, queue_app_jobs.attempts, queue_app_jobs.queue, queue_app_jobs.priority_value, queue_app_jobs.enqueued_at,
+          queue_app_jobs.next_retry_at,
+          jsonb_build_object('max_attempts_before', before.max_attempts, 'max_attempts', queue_app_jobs.max_attempts)
 
 -- name: resume
 -- A failed or cancelled job with dependencies goes back to waiting (a retried workflow's
 -- steps whose dependencies have yet to complete); one more attempt is allowed, as a retry does.
-UPDATE jobs SET status = %(target)s, max_attempts = GREATEST(jobs.max_attempts, jobs.attempts + 1),
+UPDATE queue_app_jobs SET status = %(target)s, max_attempts = GREATEST(queue_app_jobs.max_attempts, queue_app_jobs.attempts + 1),
        next_retry_at = NULL, completed_at = NULL, result = NULL, last_error = '', last_error_class = '',
        worker_id = '', lease_expires_at = NULL, retry_requested = false
  WHERE id = ANY(%(ids)s::uuid[]) AND status = ANY(%(sources)s)
-   AND EXISTS (SELECT FROM job_waits w WHERE w.job_id = jobs.id)
+   AND EXISTS (SELECT FROM queue_app_job_waits w WHERE w.job_id = queue_app_jobs.id)
 RETURNING id, status, attempts, queue, priority_value, enqueued_at, next_retry_at

@@ -19,11 +19,11 @@ SELECT job.*, request.position AS unique_position
   FROM json_to_recordset(%(requests)s::json) AS request(position int, key text, states text[], seconds float8)
  CROSS JOIN LATERAL (
        SELECT *
-         FROM jobs
-        WHERE jobs.unique_key = request.key
-          AND jobs.owner_id IS NOT DISTINCT FROM %(owner_id)s
-          AND jobs.status = ANY (request.states)
-          AND (request.seconds IS NULL OR jobs.created_at > now() - make_interval(secs => request.seconds))
-        ORDER BY jobs.created_at DESC, jobs.id DESC
+         FROM queue_app_jobs
+        WHERE queue_app_jobs.unique_key = request.key
+          AND queue_app_jobs.owner_id IS NOT DISTINCT FROM %(owner_id)s
+          AND queue_app_jobs.status = ANY (request.states)
+          AND (request.seconds IS NULL OR queue_app_jobs.created_at > now() - make_interval(secs => request.seconds))
+        ORDER BY queue_app_jobs.created_at DESC, queue_app_jobs.id DESC
         LIMIT 1
        ) AS job
