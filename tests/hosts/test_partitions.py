@@ -9,7 +9,8 @@ would, dropping packets both ways with no error to either side:
    rescued and completed on host-b while host-a is still cut; once healed,
    host-a's own late completion is fenced (nothing of it is written).
 2. host-a loses Redis only: the rest of the system carries on, host-a's running
-   job is settled through PostgreSQL, and every job completes after the heal.
+   job is completed by host-a itself through PostgreSQL (its leases never wait on
+   Redis), and every job completes after the heal.
 3. host-b, a relay host, drops off the network whole (its switch port down)
    while it relays and runs a job: host-a's relay carries the outbox, host-a's
    worker runs the rescued job, and host-b's late completion is fenced.
@@ -262,6 +263,9 @@ def test_jobs_survive_partitions_between_hosts_exactly_once(site, deployment):
         timeout=RESCUE_TIMEOUT,
         message="host-a's running job to be settled while host-a has no Redis",
     )
+    # Its leases are extended through PostgreSQL whatever Redis does: host-a's own attempt
+    # completed it, nothing was rescued.
+    assert {site.completed_by(job_id).split("/")[0] for job_id, _ in held} == {"host-a"}
     network.heal(host_a, store_host, stores.redis_address)
 
     # 3. host-b, a relay host, off the network whole while it relays and runs a job.
