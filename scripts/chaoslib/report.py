@@ -48,6 +48,15 @@ _DATABASE_FIGURES = {
     "poison": """SELECT coalesce(string_agg(way || '=' || n, ', ' ORDER BY way), 'none') FROM (
                    SELECT payload->>'poison' || ':' || status AS way, count(*) AS n FROM jobs
                     WHERE type = 'probe.chaos_poison' GROUP BY 1) AS ways""",
+    "workflow_steps": """SELECT coalesce(string_agg(status || '=' || n, ', ' ORDER BY status), 'none') FROM (
+                           SELECT j.status, count(*) AS n FROM jobs j JOIN job_waits w ON w.job_id = j.id
+                            GROUP BY 1) AS steps""",
+    "released": "SELECT count(*) FROM job_logs WHERE event = 'released'",
+    "dependency_failed": "SELECT count(*) FROM job_logs WHERE event = 'dependency_failed'",
+    "snoozed": "SELECT count(*) FROM job_logs WHERE event = 'snoozed'",
+    "expired": "SELECT count(*) FROM jobs WHERE status = 'expired'",
+    "unique_jobs": "SELECT count(*) FROM jobs WHERE unique_key IS NOT NULL",
+    "keyed_jobs": "SELECT count(*) FROM jobs WHERE concurrency_key IS NOT NULL",
     "overlapping_pairs": f"SELECT count(*) FROM {OVERLAPPING_EXECUTIONS}",
     "cancel_races": """SELECT count(*) FROM chaos_execution_claim
                         WHERE end_event = 'cancel_requested' AND started_at >= ended_at""",
@@ -130,6 +139,10 @@ def render(figures: Figures, results: list[Result]) -> str:
         f"lease expiries rescued {db.get('lease_expired')}, settled by a restarted worker"
         f" {db.get('recovered_on_restart')}, handed back {db.get('handed_back')}",
         f"poison jobs (way:status): {db.get('poison')}",
+        f"workflow steps and callbacks: {db.get('workflow_steps')}; released {db.get('released')},"
+        f" cancelled by a dependency {db.get('dependency_failed')}",
+        f"job controls: unique jobs {db.get('unique_jobs')}, keyed jobs {db.get('keyed_jobs')},"
+        f" snoozes {db.get('snoozed')}, expired {db.get('expired')}",
         f"final reconcile: {figures.reconcile_summary}",
         f"time from the last fault to all jobs terminal: {settle}; whole run {figures.total_seconds:.0f} s",
         "",
