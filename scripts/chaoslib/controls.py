@@ -25,8 +25,8 @@ CHANNEL = "service-controls"
 
 
 def plan_controls(seed: int, count: int, *, window: float) -> list[Spec]:
-    """About ``count`` / 5 specs (at least 60) spread over ``window`` seconds; a pure function
-    of the seed. Refs start with "c"."""
+    """54 specs per 400 planned jobs, spread over ``window`` seconds; a pure function of the
+    seed. Refs start with "c"."""
     rng = random.Random(seed + 5)
     scale = max(1, round(count / 400))
     specs: list[Spec] = []
@@ -50,13 +50,13 @@ def plan_controls(seed: int, count: int, *, window: float) -> list[Spec]:
             )
         )
 
-    for number in range(6 * scale):
-        # Four submissions of one key within a few seconds; each job runs for up to 1.2 s.
+    for number in range(4 * scale):
+        # Three submissions of one key within a few seconds; each job runs for up to 1.2 s.
         at = rng.uniform(0, window * 0.9)
-        for _ in range(4):
+        for _ in range(3):
             add(at, "probe.chaos", {"sleep": round(rng.uniform(0.3, 1.2), 3)}, unique_key=f"u{number}")
             at += rng.uniform(0.2, 2.5)
-    for _ in range(3 * scale):
+    for _ in range(2 * scale):
         # A burst over three keys: more of one key due at once than its limit lets run.
         at = rng.uniform(0, window * 0.9)
         for _ in range(10):
@@ -67,13 +67,13 @@ def plan_controls(seed: int, count: int, *, window: float) -> list[Spec]:
                 queue=KEYED_QUEUE,
                 concurrency_key=f"k{rng.randrange(3)}",
             )
-    for _ in range(15 * scale):
+    for _ in range(10 * scale):
         add(
             rng.uniform(0, window),
             "probe.chaos_snooze",
             {"sleep": round(rng.uniform(0, 0.3), 3), "times": rng.randint(1, 2), "seconds": 0.3},
         )
-    for number in range(20 * scale):
+    for number in range(12 * scale):
         at = rng.uniform(0, window)
         if number % 4 == 0:
             # Due after its expiry: no worker may start it.

@@ -4,7 +4,8 @@ Every step is a submission of its own (a ``ref`` in its payload, a ``Spec``
 with the statuses it may end in), so the run's other invariants cover steps
 as they cover any job. The shapes, per 400 planned jobs:
 
-- fan-out: one job, then a group of 50, then one that waits for all 50 (two of them);
+- fan-out: one job, then a group of 50 (at low priority, as bulk work is), then one that
+  waits for all 50;
 - chains of 10: one that completes, one whose fifth step fails (the rest are
   cancelled by the "cancel" policy), one with ``on_failure="continue"`` (the
   rest run anyway);
@@ -45,7 +46,15 @@ class WorkflowPlan:
     steps: list[Spec] = field(default_factory=list)
 
 
-def _step(rng: random.Random, plan: WorkflowPlan, *, expected: str, fails: bool = False, long: bool = False):
+def _step(
+    rng: random.Random,
+    plan: WorkflowPlan,
+    *,
+    expected: str,
+    fails: bool = False,
+    long: bool = False,
+    priority: str | None = None,
+):
     ref = f"{plan.ref}s{len(plan.steps):03d}"
     # Mostly short, some long enough for a kill or a pause to catch one mid-run.
     sleep = rng.uniform(0.5, 1.2) if long or rng.random() < 0.05 else rng.uniform(0.0, 0.15)
@@ -57,7 +66,7 @@ def _step(rng: random.Random, plan: WorkflowPlan, *, expected: str, fails: bool 
             at=plan.at,
             type=rng.choice(["probe.chaos", "probe.chaos_plain"]),
             payload=payload,
-            priority=rng.choice(["high", "medium", "low"]),
+            priority=priority or rng.choice(["high", "medium", "low"]),
             queue="default",
             delay=None,
             max_attempts=rng.randint(2, 3) if fails else rng.randint(8, 12),
@@ -70,7 +79,7 @@ def _step(rng: random.Random, plan: WorkflowPlan, *, expected: str, fails: bool 
 def plan_workflows(seed: int, jobs: int, *, window: float) -> list[WorkflowPlan]:
     """The workflows of a run, in time order; a pure function of the seed."""
     rng = random.Random(seed + 6)
-    kinds = ["fan_out", "fan_out", "chain", "chain_fails", "chain_continues", "batch", "batch_fails"]
+    kinds = ["fan_out", "chain", "chain_fails", "chain_continues", "batch", "batch_fails"]
     plans = []
     for _ in range(max(1, round(jobs / 400))):
         for kind in kinds:
@@ -79,7 +88,7 @@ def plan_workflows(seed: int, jobs: int, *, window: float) -> list[WorkflowPlan]
             if kind == "fan_out":
                 _step(rng, plan, expected="completed", long=True)
                 for _ in range(FAN_OUT):
-                    _step(rng, plan, expected="completed")
+                    _step(rng, plan, expected="completed", priority="low")
                 _step(rng, plan, expected="completed")
             elif kind.startswith("chain"):
                 fails_at = None if kind == "chain" else 4
