@@ -421,16 +421,18 @@ SQL_CHECKS: dict[str, Check] = {
            HAVING count(*) > q.key_concurrency_limit""",
     ),
     "no_expired_job_started": Check(
-        "no job was claimed at or after its expires_at, and no expired job was ever claimed or run",
+        "no attempt of a job with an expiry was claimed at or after its expires_at (the claim's"
+        " own clock, as the claim decides), and a job expired only from queued, never while an"
+        " attempt ran; an attempt begun before the expiry may have run (then handed back or"
+        " retried, the job expires instead of starting again)",
         "SELECT count(*) FROM jobs WHERE expires_at IS NOT NULL",
-        """SELECT j.id, j.status, 'claimed at ' || l.created_at::text || ', expired at ' || j.expires_at::text
+        """SELECT j.id, j.status, 'claimed at ' || l.created_at::text || ', expires at ' || j.expires_at::text
              FROM jobs j JOIN job_logs l ON l.job_id = j.id AND l.event = 'claimed'
             WHERE j.expires_at IS NOT NULL AND l.created_at >= j.expires_at
            UNION ALL
-           SELECT j.id, j.status, 'expired, yet claimed or run' FROM jobs j
-            WHERE j.status = 'expired'
-              AND (EXISTS (SELECT 1 FROM job_logs l WHERE l.job_id = j.id AND l.event = 'claimed')
-                   OR EXISTS (SELECT 1 FROM chaos_execution e WHERE e.job_id = j.id))""",
+           SELECT j.id, j.status, 'expired while its attempt ' || c.attempt::text || ' ran'
+             FROM jobs j JOIN chaos_execution_claim c ON c.job_id = j.id
+            WHERE j.status = 'expired' AND c.end_event IS NULL""",
     ),
 }
 
