@@ -51,11 +51,11 @@ def plan_controls(seed: int, count: int, *, window: float) -> list[Spec]:
         )
 
     for number in range(4 * scale):
-        # Three submissions of one key within a few seconds; each job runs for up to 1.2 s.
+        # Three submissions of one key over up to 12 s; each job runs for up to 1.2 s.
         at = rng.uniform(0, window * 0.9)
         for _ in range(3):
             add(at, "probe.chaos", {"sleep": round(rng.uniform(0.3, 1.2), 3)}, unique_key=f"u{number}")
-            at += rng.uniform(0.2, 2.5)
+            at += rng.uniform(0.3, 6.0)
     for _ in range(2 * scale):
         # A burst over three keys: more of one key due at once than its limit lets run.
         at = rng.uniform(0, window * 0.9)
