@@ -59,6 +59,10 @@ def _step(
     # Mostly short, some long enough for a kill or a pause to catch one mid-run.
     sleep = rng.uniform(0.5, 1.2) if long or rng.random() < 0.05 else rng.uniform(0.0, 0.15)
     payload = {"ref": ref, "sleep": round(sleep, 3), **(FAILING if fails else {})}
+    if sleep >= 0.5 and rng.random() < 0.5:
+        # A target for the faults that pause or stop a worker mid-job (see clients.py): the
+        # stale attempt of a step reaches its completion, which must release nothing twice.
+        payload["stubborn"] = True
     plan.steps.append(
         Spec(
             ref=ref,
