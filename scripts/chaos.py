@@ -497,6 +497,7 @@ def exercise(
         figures.unsettled_at_timeout = with_database(count_unsettled)
     stop_clients.set()
     figures.faults_applied, figures.faults_skipped = injector.applied, injector.skipped
+    figures.fault_timeline = injector.timeline
     figures.faults_planned = Counter(fault.kind for fault in fault_plan(args))
     figures.api_actions, figures.api_retried_errors = api.actions, api.http_errors
     (folder / "submissions.json").write_text(

@@ -70,6 +70,8 @@ class Injector:
         self.rng = random.Random(seed + 1)
         self.applied: Counter = Counter()
         self.skipped: Counter = Counter()
+        # (kind, epoch seconds) of each applied fault: the report places them against the jobs.
+        self.timeline: list[tuple[str, float]] = []
         self.last_action_at: float | None = None  # monotonic time of the last fault or undo
         self._log = open(log_path, "a")
         self._pending: list[tuple[float, int, Callable[[], str]]] = []
@@ -122,6 +124,7 @@ class Injector:
             self.skipped[fault.kind] += 1
             return f"{fault.describe()}: skipped (target not running or unreachable)"
         self.applied[fault.kind] += 1
+        self.timeline.append((str(fault.kind), time.time()))
         return f"{fault.describe()}: {done}"
 
     def _worker(self, fault: Fault) -> Child | None:
