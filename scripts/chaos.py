@@ -45,12 +45,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from chaoslib import clients, invariants, journal, report, schedule  # noqa: E402
+from chaoslib import clients, controls, invariants, journal, report, schedule, workflows  # noqa: E402
 from chaoslib.faults import Injector  # noqa: E402
 from chaoslib.processes import Cast, free_port, wait_for  # noqa: E402
 from chaoslib.stores import DedicatedStores, GivenStores  # noqa: E402
 
-QUEUES = {"default": False, "bulk": True}
+# "keyed" holds the jobs with a concurrency key, under a per-key limit (chaoslib/controls.py).
+QUEUES = {"default": False, "bulk": True, controls.KEYED_QUEUE: False}
 RECONCILE_GRACE_SECONDS = 2.0
 # Jobs submitted after the workers stopped, so the final Redis check has ready ids to verify.
 TAIL_JOBS = 30
@@ -214,6 +215,9 @@ def setup_django(env: dict[str, str]) -> str:
     from rest_framework.authtoken.models import Token
 
     call_command("migrate", verbosity=0)
+    from queue_app.services import set_queue_limits
+
+    set_queue_limits(controls.KEYED_QUEUE, key_concurrency_limit=controls.KEY_CONCURRENCY_LIMIT)
     user = get_user_model().objects.create_user("chaos", is_staff=True)
     return Token.objects.create(user=user).key
 
@@ -228,12 +232,14 @@ def health(port: int) -> bool:
 
 
 def count_unsettled() -> int:
-    """Jobs not yet terminal, leaving out those scheduled far ahead on purpose."""
+    """Jobs not yet terminal (waiting workflow steps among them), leaving out those scheduled
+    far ahead on purpose."""
     from django.db import connection
 
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(*) FROM queue_app_jobs WHERE status IN ('queued', 'processing')"
+            "SELECT count(*) FROM queue_app_jobs"
+            " WHERE status IN ('waiting', 'queued', 'processing', 'cancelling')"
             " AND NOT coalesce((payload->>'far')::bool, false)"
         )
         return cursor.fetchone()[0]
@@ -257,13 +263,18 @@ def ids_for_stale_pushes() -> dict[str, list[str]]:
             .order_by("id")
             .values_list("id", flat=True)[:200]
         )
-        return {"queued": [str(i) for i in queued], "finished": [str(i) for i in finished]}
+        waiting = Job.objects.filter(status="waiting").order_by("id").values_list("id", flat=True)[:200]
+        return {
+            "queued": [str(i) for i in queued],
+            "finished": [str(i) for i in finished],
+            "waiting": [str(i) for i in waiting],
+        }
 
     try:
         return read()
     except (DatabaseError, InterfaceError):
         connection.close()  # PostgreSQL is down: push unknown ids only
-        return {"queued": [], "finished": []}
+        return {"queued": [], "finished": [], "waiting": []}
 
 
 def busy_worker_names() -> set[str]:
@@ -429,11 +440,18 @@ def exercise(
     """Submit while the faults run, then let the system settle; returns the client's record."""
     from queue_app import broker
 
-    specs = clients.plan_submissions(args.seed, args.jobs, window=args.duration * 0.8)
+    window = args.duration * 0.8
+    specs = clients.plan_submissions(args.seed, args.jobs, window=window)
+    specs += controls.plan_controls(args.seed, args.jobs, window=window)
+    specs.sort(key=lambda spec: (spec.at, spec.ref))
     submissions = [clients.Submission(spec) for spec in specs]
-    figures.submissions = submissions
     stop_clients = threading.Event()
     started = time.monotonic()
+    flows = workflows.WorkflowClient(
+        workflows.plan_workflows(args.seed, args.jobs, window=window), started=started, stop=stop_clients
+    )
+    submissions += flows.submissions.values()
+    figures.submissions = submissions
     service = clients.ServiceClient(
         [s for s in submissions if s.spec.channel.startswith("service")], started=started, stop=stop_clients
     )
@@ -447,6 +465,7 @@ def exercise(
     )
     service.start()
     api.start()
+    flows.start()
     injector = Injector(
         cast=cast,
         stores=stores,
@@ -467,7 +486,7 @@ def exercise(
 
     # Clients finish first (retrying until acknowledged), then every job must reach an end.
     deadline = last_fault + args.settle_timeout
-    for client in (service, api):
+    for client in (service, api, flows):
         while client.is_alive() and time.monotonic() < deadline:
             cast.watch()
             client.join(timeout=0.2)
@@ -484,6 +503,7 @@ def exercise(
         figures.unsettled_at_timeout = with_database(count_unsettled)
     stop_clients.set()
     figures.faults_applied, figures.faults_skipped = injector.applied, injector.skipped
+    figures.fault_timeline = injector.timeline
     figures.faults_planned = Counter(fault.kind for fault in fault_plan(args))
     figures.api_actions, figures.api_retried_errors = api.actions, api.http_errors
     (folder / "submissions.json").write_text(

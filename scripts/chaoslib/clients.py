@@ -33,7 +33,7 @@ from datetime import timedelta
 from typing import Any
 
 CHANNEL_WEIGHTS = {"service": 25, "service-keyed": 25, "api": 35, "api-bulk": 15}
-BATCHED = {"service", "service-keyed", "api-bulk"}
+BATCHED = {"service", "service-keyed", "service-controls", "api-bulk"}
 FAR_FUTURE_SECONDS = 24 * 3600.0
 # Attempts of a job meant to complete: its planned failures plus room for the attempts faults
 # cost (each lease expiry or restart recovery counts one), so it never runs out by chance.
@@ -58,6 +58,14 @@ class Spec:
     delay: float | None  # run_at = now + delay; None = at once
     max_attempts: int
     key: str | None
+    # The job controls (scripts/chaoslib/controls.py): a unique key (default scope: one live
+    # job per key), a concurrency key (the "keyed" queue's per-key limit), an expiry.
+    unique_key: str | None = None
+    concurrency_key: str | None = None
+    expires_in: float | None = None
+    # The statuses the job may end in when nobody cancels it, when the plan knows better than
+    # ``natural_status`` (a workflow step its dependency's failure cancels, an expiring job).
+    expected: tuple[str, ...] = ()
 
     @property
     def far_future(self) -> bool:
@@ -80,6 +88,10 @@ class Spec:
         if self.poison:
             return "failed"
         return "failed" if int(self.payload.get("fail_first", 0)) >= self.max_attempts else "completed"
+
+    @property
+    def natural_statuses(self) -> set[str]:
+        return set(self.expected) if self.expected else {self.natural_status}
 
     def body(self, *, with_key: bool = True) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -111,7 +123,7 @@ class Submission:
 
     def allowed_statuses(self) -> set[str]:
         """The statuses this job may end in, given the spec and what the client did to it."""
-        allowed = {self.spec.natural_status}
+        allowed = self.spec.natural_statuses
         for action, status, certain in self.actions:
             took_effect = status == 200
             if action == "cancel":
@@ -121,7 +133,7 @@ class Submission:
                     allowed = allowed | {"cancelled"}
             elif action == "retry" and (took_effect or not certain):
                 # A retry runs the job again from cancelled: it ends as if never cancelled.
-                natural = {self.spec.natural_status}
+                natural = self.spec.natural_statuses
                 allowed = natural if took_effect and certain else allowed | natural
         return allowed
 
@@ -271,6 +283,9 @@ class ServiceClient(threading.Thread):
                     run_at=now + timedelta(seconds=spec.delay) if spec.delay is not None else None,
                     max_attempts=spec.max_attempts,
                     idempotency_key=spec.key,
+                    unique_key=spec.unique_key,
+                    concurrency_key=spec.concurrency_key,
+                    expires_in=spec.expires_in,
                 )
                 for spec in batch
             ]

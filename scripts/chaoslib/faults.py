@@ -70,6 +70,8 @@ class Injector:
         self.rng = random.Random(seed + 1)
         self.applied: Counter = Counter()
         self.skipped: Counter = Counter()
+        # (kind, epoch seconds) of each applied fault: the report places them against the jobs.
+        self.timeline: list[tuple[str, float]] = []
         self.last_action_at: float | None = None  # monotonic time of the last fault or undo
         self._log = open(log_path, "a")
         self._pending: list[tuple[float, int, Callable[[], str]]] = []
@@ -122,6 +124,7 @@ class Injector:
             self.skipped[fault.kind] += 1
             return f"{fault.describe()}: skipped (target not running or unreachable)"
         self.applied[fault.kind] += 1
+        self.timeline.append((str(fault.kind), time.time()))
         return f"{fault.describe()}: {done}"
 
     def _worker(self, fault: Fault) -> Child | None:
@@ -318,17 +321,19 @@ class Injector:
         return "stopped PostgreSQL"
 
     def _push_stale_ids(self, fault: Fault) -> str | None:
-        """Ids a worker must not run again: queued ones twice, finished ones, and unknown ones."""
+        """Ids a worker must not run (again): queued ones twice, finished ones, workflow steps
+        still waiting for their dependencies, and unknown ones."""
         from queue_app import broker
 
         ids = self.pick_ids()
         rng = self.rng
         queued = rng.sample(ids["queued"], min(10, len(ids["queued"])))
         finished = rng.sample(ids["finished"], min(10, len(ids["finished"])))
+        waiting = rng.sample(ids.get("waiting", []), min(5, len(ids.get("waiting", []))))
         unknown = ["not-a-job-id", "00000000-0000-4000-8000-000000000000"]
         now = time.time()
         intents = []
-        for job_id in queued + finished + unknown:
+        for job_id in queued + finished + waiting + unknown:
             queue, fifo = rng.choice([("default", False), ("bulk", True)])
             place = rng.random()
             if place < 0.7:
@@ -340,7 +345,10 @@ class Injector:
                 intents.append(broker.Intent("schedule", job_id, queue, fifo, now - 1))
         if not self._with_redis(lambda client: broker.apply(client, intents)):
             return None
-        return f"pushed {len(queued)} queued, {len(finished)} finished and {len(unknown)} unknown ids"
+        return (
+            f"pushed {len(queued)} queued, {len(finished)} finished, {len(waiting)} waiting"
+            f" and {len(unknown)} unknown ids"
+        )
 
     def _with_redis(self, action: Callable[[redis.Redis], object]) -> bool:
         """Apply ``action``; False when Redis stays down for a second (e.g. a restart fault's

@@ -9,6 +9,7 @@ Redis comparison are done in Python against ``queue_app.states`` and
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -19,8 +20,11 @@ from queue_app import broker
 from queue_app.states import (
     INITIAL_EVENT,
     NON_TRANSITION_EVENTS,
+    RUNNING,
+    TERMINAL,
     TRANSITIONS,
     Status,
+    initial_status,
 )
 
 
@@ -42,7 +46,7 @@ DROP TABLE IF EXISTS chaos_submission, chaos_execution, chaos_execution_claim;
 CREATE TABLE chaos_submission (
     ref text PRIMARY KEY, channel text NOT NULL, idempotency_key text, outcome text NOT NULL,
     acked_ids uuid[] NOT NULL, tries int NOT NULL, far_future bool NOT NULL,
-    allowed_statuses text[] NOT NULL, client_cancelled bool NOT NULL
+    allowed_statuses text[] NOT NULL, client_cancelled bool NOT NULL, unique_key text
 );
 CREATE TABLE chaos_execution (
     execution text PRIMARY KEY, job_id uuid NOT NULL, attempt int NOT NULL, fence bigint,
@@ -54,6 +58,13 @@ CREATE INDEX ON chaos_execution (job_id);
 # Log events that end a claim's attempt: every transition out of 'processing' (a cancel
 # request among them: the attempt must stop, and runs on only until its worker confirms).
 ENDING_EVENTS = sorted(event for event, (sources, _) in TRANSITIONS.items() if Status.PROCESSING in sources)
+# Log events that settle a job (its status becomes terminal).
+SETTLING_EVENTS = sorted(event for event, (_, target) in TRANSITIONS.items() if target in TERMINAL)
+# Log events that free a running job's slot (and its concurrency key's): out of processing or
+# cancelling to a status that does not run.
+SLOT_FREEING_EVENTS = sorted(
+    event for event, (sources, target) in TRANSITIONS.items() if sources & RUNNING and target not in RUNNING
+)
 
 # Each execution with the claim it ran under and the log row that ended that claim's attempt.
 # Its claim is the 'claimed' row of its job carrying its fence (unique per job; journals without
@@ -81,7 +92,7 @@ def load(submissions: Iterable[Submission], executions: Iterable[dict]) -> None:
     with connection.cursor() as cursor:
         cursor.execute(_TABLES)
         cursor.executemany(
-            "INSERT INTO chaos_submission VALUES (%s, %s, %s, %s, %s::uuid[], %s, %s, %s, %s)",
+            "INSERT INTO chaos_submission VALUES (%s, %s, %s, %s, %s::uuid[], %s, %s, %s, %s, %s)",
             [
                 (
                     s.spec.ref,
@@ -93,6 +104,7 @@ def load(submissions: Iterable[Submission], executions: Iterable[dict]) -> None:
                     s.spec.far_future,
                     sorted(s.allowed_statuses()),
                     any(action == "cancel" for action, _, _ in s.actions),
+                    s.spec.unique_key,
                 )
                 for s in submissions
             ],
@@ -137,7 +149,8 @@ class Check:
     violations: str  # a query returning the counter-examples
 
 
-# name -> the check. Parameters: %(cancel_race_seconds)s.
+# name -> the check. Parameters: %(cancel_race_seconds)s, %(settling)s (SETTLING_EVENTS),
+# %(slot_freeing)s (SLOT_FREEING_EVENTS).
 SQL_CHECKS: dict[str, Check] = {
     "no_acknowledged_submission_lost": Check(
         "every job id an acknowledgement named exists",
@@ -146,10 +159,12 @@ SQL_CHECKS: dict[str, Check] = {
             WHERE NOT EXISTS (SELECT 1 FROM queue_app_jobs j WHERE j.id = a.id)""",
     ),
     "acknowledgements_name_the_submitted_job": Check(
-        "an acknowledged id is the job of that submission, and repeats name the same job",
+        "an acknowledged id is the job of that submission (or, for a unique job, the job holding"
+        " its unique key), and repeats name the same job",
         "SELECT count(*) FROM chaos_submission s, unnest(s.acked_ids)",
         """SELECT s.ref, a.id, j.payload->>'ref' FROM chaos_submission s, unnest(s.acked_ids) AS a(id)
              JOIN queue_app_jobs j ON j.id = a.id WHERE j.payload->>'ref' IS DISTINCT FROM s.ref
+              AND (s.unique_key IS NULL OR j.unique_key IS DISTINCT FROM s.unique_key)
            UNION ALL
            SELECT s.ref, NULL, array_to_string(s.acked_ids, ',') FROM chaos_submission s
             WHERE (SELECT count(DISTINCT x) FROM unnest(s.acked_ids) AS x) > 1""",
@@ -293,11 +308,149 @@ SQL_CHECKS: dict[str, Check] = {
            SELECT f.job_id, 'no such job', 1 FROM probe_effect f
             WHERE NOT EXISTS (SELECT 1 FROM queue_app_jobs j WHERE j.id = f.job_id)""",
     ),
+    # --- workflows and batches (scripts/chaoslib/workflows.py) ---
+    "callbacks_run_iff_policy": Check(
+        "every job that waited on others (a workflow step, a chord or batch callback) was decided"
+        " by its policy over its dependencies' ends: if it says run (cancel: all completed;"
+        " continue: always; only_on_failure: one did not complete), it was released exactly once,"
+        " ran, and completed at most once; else it was cancelled as dependency_failed, never"
+        " released, claimed nor run",
+        "SELECT count(*) FROM queue_app_job_waits",
+        """WITH decided AS (
+               SELECT w.job_id, w.on_failure,
+                      bool_and(p.status = 'completed') AS all_completed,
+                      bool_and(p.status IN ('completed', 'failed', 'cancelled', 'expired')) AS all_settled
+                 FROM queue_app_job_waits w
+                 JOIN queue_app_job_dependencies d ON d.job_id = w.job_id
+                 JOIN queue_app_jobs p ON p.id = d.depends_on_id
+                GROUP BY w.job_id, w.on_failure
+           ), seen AS (
+               SELECT x.job_id, x.on_failure, x.all_settled, j.status,
+                      CASE x.on_failure WHEN 'cancel' THEN x.all_completed
+                                        WHEN 'continue' THEN true
+                                        ELSE NOT x.all_completed END AS should_run,
+                      (SELECT count(*) FROM queue_app_job_logs l
+                          WHERE l.job_id = x.job_id AND l.event = 'released')
+                          AS releases,
+                      (SELECT count(*) FROM queue_app_job_logs l
+                          WHERE l.job_id = x.job_id AND l.event = 'completed')
+                          AS completions,
+                      (SELECT count(*) FROM queue_app_job_logs l
+                          WHERE l.job_id = x.job_id AND l.event = 'claimed')
+                          AS claims,
+                      (SELECT count(*) FROM queue_app_job_logs l WHERE l.job_id = x.job_id
+                          AND l.event = 'dependency_failed') AS dependency_failed,
+                      (SELECT count(*) FROM chaos_execution e WHERE e.job_id = x.job_id) AS runs
+                 FROM decided x JOIN queue_app_jobs j ON j.id = x.job_id
+           )
+           SELECT job_id, on_failure, should_run, status, releases, completions, claims, runs FROM seen
+            WHERE NOT all_settled
+               OR (should_run AND (releases <> 1 OR claims < 1 OR runs < 1 OR completions > 1
+                                   OR status NOT IN ('completed', 'failed')
+                                   OR completions <> (status = 'completed')::int))
+               OR (NOT should_run AND (status <> 'cancelled' OR releases <> 0 OR claims <> 0
+                                       OR runs <> 0 OR dependency_failed <> 1))""",
+    ),
+    "no_dependent_started_before_its_dependencies": Check(
+        "no job with dependencies was claimed (log order) or started (journal) before each of"
+        " its dependencies had settled, nor, under the cancel policy, unless each completed",
+        "SELECT count(*) FROM queue_app_job_dependencies",
+        """WITH edge AS (
+               SELECT d.job_id, d.depends_on_id, w.on_failure, p.status AS parent_status,
+                      (SELECT min(l.id) FROM queue_app_job_logs l WHERE l.job_id = d.depends_on_id
+                          AND l.event = ANY(%(settling)s)) AS settled_row,
+                      (SELECT min(l.created_at) FROM queue_app_job_logs l WHERE l.job_id = d.depends_on_id
+                          AND l.event = ANY(%(settling)s)) AS settled_at
+                 FROM queue_app_job_dependencies d
+                 JOIN queue_app_job_waits w ON w.job_id = d.job_id
+                 JOIN queue_app_jobs p ON p.id = d.depends_on_id
+           )
+           SELECT e.job_id, e.depends_on_id, 'claimed', c.id::text, e.settled_row::text, e.parent_status
+             FROM edge e JOIN queue_app_job_logs c ON c.job_id = e.job_id AND c.event = 'claimed'
+            WHERE e.settled_row IS NULL OR c.id < e.settled_row
+               OR (e.on_failure = 'cancel' AND e.parent_status <> 'completed')
+           UNION ALL
+           SELECT e.job_id, e.depends_on_id, 'started', x.started_at::text, e.settled_at::text,
+                  e.parent_status
+             FROM edge e JOIN chaos_execution x ON x.job_id = e.job_id
+            WHERE e.settled_at IS NULL OR x.started_at < e.settled_at""",
+    ),
+    "no_step_left_waiting": Check(
+        "once every job settled, no job is left waiting (its dependencies all settled, the"
+        " transaction that settled the last one had to decide it)",
+        "SELECT count(*) FROM queue_app_job_waits",
+        """SELECT j.id, j.type, j.payload->>'ref',
+                  (SELECT string_agg(p.status, ',') FROM queue_app_job_dependencies d
+                     JOIN queue_app_jobs p ON p.id = d.depends_on_id WHERE d.job_id = j.id) AS dependencies
+             FROM queue_app_jobs j WHERE j.status = 'waiting'""",
+    ),
+    # --- job controls (scripts/chaoslib/controls.py) ---
+    "unique_key_held_by_one_live_job": Check(
+        "no two jobs with one unique key (and owner) were live at once: each is live from its"
+        " 'enqueued' log row to the row that settled it (log order), and those spans never"
+        " overlap (the run's unique jobs use the default scope: every status but waiting and"
+        " the terminal ones, no period)",
+        "SELECT count(*) FROM queue_app_jobs WHERE unique_key IS NOT NULL",
+        """WITH live AS (
+               SELECT j.id, j.unique_key, j.owner_id,
+                      (SELECT min(l.id) FROM queue_app_job_logs l
+                          WHERE l.job_id = j.id AND l.event = 'enqueued')
+                          AS from_row,
+                      coalesce((SELECT min(l.id) FROM queue_app_job_logs l WHERE l.job_id = j.id
+                                   AND l.event = ANY(%(settling)s)), 9223372036854775807) AS to_row
+                 FROM queue_app_jobs j WHERE j.unique_key IS NOT NULL
+           )
+           SELECT a.unique_key, a.id, b.id FROM live a
+             JOIN live b ON b.unique_key = a.unique_key AND b.owner_id IS NOT DISTINCT FROM a.owner_id
+              AND a.id < b.id
+            WHERE a.from_row < b.to_row AND b.from_row < a.to_row""",
+    ),
+    "key_running_limit_held": Check(
+        "no concurrency key ever had more jobs running than its queue's key_concurrency_limit:"
+        " at each claim (log order), the key's jobs claimed and not yet out of processing or"
+        " cancelling number at most the limit",
+        """SELECT count(*) FROM queue_app_job_logs l JOIN queue_app_jobs j ON j.id = l.job_id
+            WHERE l.event = 'claimed' AND j.concurrency_key IS NOT NULL""",
+        """WITH slot AS (
+               SELECT j.id, j.queue, j.concurrency_key, c.id AS claim_row,
+                      coalesce((SELECT min(l.id) FROM queue_app_job_logs l
+                          WHERE l.job_id = j.id AND l.id > c.id
+                                   AND l.event = ANY(%(slot_freeing)s)), 9223372036854775807) AS free_row
+                 FROM queue_app_jobs j JOIN queue_app_job_logs c ON c.job_id = j.id AND c.event = 'claimed'
+                WHERE j.concurrency_key IS NOT NULL
+           )
+           SELECT s.queue, s.concurrency_key, s.id, s.claim_row, count(*) AS running, q.key_concurrency_limit
+             FROM slot s
+             JOIN queue_app_job_queues q ON q.name = s.queue
+             JOIN slot o ON o.queue = s.queue AND o.concurrency_key = s.concurrency_key
+              AND o.claim_row <= s.claim_row AND o.free_row > s.claim_row
+            WHERE q.key_concurrency_limit IS NOT NULL
+            GROUP BY s.queue, s.concurrency_key, s.id, s.claim_row, q.key_concurrency_limit
+           HAVING count(*) > q.key_concurrency_limit""",
+    ),
+    "no_expired_job_started": Check(
+        "no attempt of a job with an expiry was claimed at or after its expires_at (the claim's"
+        " own clock, as the claim decides), and a job expired only from queued, never while an"
+        " attempt ran; an attempt begun before the expiry may have run (then handed back or"
+        " retried, the job expires instead of starting again)",
+        "SELECT count(*) FROM queue_app_jobs WHERE expires_at IS NOT NULL",
+        """SELECT j.id, j.status, 'claimed at ' || l.created_at::text || ', expires at ' || j.expires_at::text
+             FROM queue_app_jobs j JOIN queue_app_job_logs l ON l.job_id = j.id AND l.event = 'claimed'
+            WHERE j.expires_at IS NOT NULL AND l.created_at >= j.expires_at
+           UNION ALL
+           SELECT j.id, j.status, 'expired while its attempt ' || c.attempt::text || ' ran'
+             FROM queue_app_jobs j JOIN chaos_execution_claim c ON c.job_id = j.id
+            WHERE j.status = 'expired' AND c.end_event IS NULL""",
+    ),
 }
 
 
 def run_sql_checks(*, cancel_race_seconds: float, names: Iterable[str] | None = None) -> list[Result]:
-    params = {"cancel_race_seconds": cancel_race_seconds}
+    params = {
+        "cancel_race_seconds": cancel_race_seconds,
+        "settling": SETTLING_EVENTS,
+        "slot_freeing": SLOT_FREEING_EVENTS,
+    }
     results = []
     with connection.cursor() as cursor:
         for name in names or SQL_CHECKS:
@@ -315,7 +468,8 @@ def run_sql_checks(*, cancel_race_seconds: float, names: Iterable[str] | None = 
 
 
 def check_log_trails() -> Result:
-    """Each job's log rows, in insertion order, walk ``TRANSITIONS`` from 'enqueued' to its status.
+    """Each job's log rows, in insertion order, walk ``TRANSITIONS`` from 'enqueued' (queued, or
+    waiting for a job with dependencies) to its status.
 
     Rows are ordered by id: a transition's row is written while the job's row
     lock is held, so ids follow the order of the transitions on one job.
@@ -323,28 +477,40 @@ def check_log_trails() -> Result:
     with connection.cursor() as cursor:
         cursor.execute("SELECT id::text, status FROM queue_app_jobs")
         statuses = dict(cursor.fetchall())
-        cursor.execute("SELECT job_id::text, event FROM queue_app_job_logs ORDER BY job_id, id")
+        cursor.execute(
+            "SELECT job_id::text, event, CASE WHEN event = %s THEN extra END"
+            " FROM queue_app_job_logs ORDER BY job_id, id",
+            [INITIAL_EVENT],
+        )
         trails: dict[str, list[str]] = {}
-        for job_id, event in cursor.fetchall():
-            trails.setdefault(job_id, []).append(event)
+        starts: dict[str, str] = {}
+        for job_id, event, extra in cursor.fetchall():
+            trail = trails.setdefault(job_id, [])
+            if not trail:
+                # A raw cursor hands jsonb over as text.
+                starts[job_id] = initial_status(json.loads(extra) if isinstance(extra, str) else extra)
+            trail.append(event)
     broken = []
     for job_id, status in statuses.items():
-        error = _walk(trails.get(job_id, []), status)
+        error = _walk(trails.get(job_id, []), status, starts.get(job_id, Status.QUEUED))
         if error:
             broken.append((job_id, error))
     return Result(
         "log_trail_is_a_valid_path",
-        "each job's log trail starts with 'enqueued', follows the state machine and ends at its status",
+        "each job's log trail starts with 'enqueued' (in the status its extra names: queued, or"
+        " waiting), follows the state machine and ends at its status",
         len(broken),
         broken[:5],
         len(statuses),
     )
 
 
-def _walk(events: list[str], final_status: str) -> str | None:
+def _walk(events: list[str], final_status: str, start: str = Status.QUEUED) -> str | None:
+    """What is wrong with a trail that starts in ``start`` (``initial_status`` of its first
+    row), or None."""
     if not events or events[0] != INITIAL_EVENT:
         return f"does not start with {INITIAL_EVENT!r}: {events[:3]}"
-    state = Status.QUEUED
+    state = start
     for position, event in enumerate(events[1:], start=1):
         if event in NON_TRANSITION_EVENTS:
             continue

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from django.db import connection
 
 from chaoslib.clients import Submission
-from chaoslib.invariants import OVERLAPPING_EXECUTIONS, Result
+from chaoslib.invariants import OVERLAPPING_EXECUTIONS, SETTLING_EVENTS, Result
 
 
 @dataclass
@@ -33,6 +33,8 @@ class Figures:
     unsettled_at_timeout: int = 0
     total_seconds: float = 0.0
     reconcile_summary: str = ""
+    # (kind, epoch seconds) of every applied fault.
+    fault_timeline: list = field(default_factory=list)
     database: dict = field(default_factory=dict)
 
 
@@ -48,6 +50,16 @@ _DATABASE_FIGURES = {
     "poison": """SELECT coalesce(string_agg(way || '=' || n, ', ' ORDER BY way), 'none') FROM (
                    SELECT payload->>'poison' || ':' || status AS way, count(*) AS n FROM queue_app_jobs
                     WHERE type = 'probe.chaos_poison' GROUP BY 1) AS ways""",
+    "workflow_steps": """SELECT coalesce(string_agg(status || '=' || n, ', ' ORDER BY status), 'none') FROM (
+                           SELECT j.status, count(*) AS n
+                             FROM queue_app_jobs j JOIN queue_app_job_waits w ON w.job_id = j.id
+                            GROUP BY 1) AS steps""",
+    "released": "SELECT count(*) FROM queue_app_job_logs WHERE event = 'released'",
+    "dependency_failed": "SELECT count(*) FROM queue_app_job_logs WHERE event = 'dependency_failed'",
+    "snoozed": "SELECT count(*) FROM queue_app_job_logs WHERE event = 'snoozed'",
+    "expired": "SELECT count(*) FROM queue_app_jobs WHERE status = 'expired'",
+    "unique_jobs": "SELECT count(*) FROM queue_app_jobs WHERE unique_key IS NOT NULL",
+    "keyed_jobs": "SELECT count(*) FROM queue_app_jobs WHERE concurrency_key IS NOT NULL",
     "overlapping_pairs": f"SELECT count(*) FROM {OVERLAPPING_EXECUTIONS}",
     "cancel_races": """SELECT count(*) FROM chaos_execution_claim
                         WHERE end_event = 'cancel_requested' AND started_at >= ended_at""",
@@ -62,8 +74,43 @@ _DATABASE_FIGURES = {
 }
 
 
+# Per fault kind: how many of its faults came while a workflow step was unsettled, and how many
+# while a step was released (its dependencies done) but not yet claimed: the window in which
+# a lost dependent would never run.
+_FAULTS_IN_WORKFLOWS = """
+WITH fault AS (SELECT * FROM unnest(%(kinds)s::text[], %(times)s::float8[]) AS f(kind, at)),
+step AS (
+    SELECT j.id, extract(epoch FROM j.created_at)::float8 AS created,
+           (SELECT extract(epoch FROM min(l.created_at))::float8 FROM queue_app_job_logs l
+             WHERE l.job_id = j.id AND l.event = ANY(%(settling)s)) AS settled,
+           (SELECT extract(epoch FROM min(l.created_at))::float8 FROM queue_app_job_logs l
+             WHERE l.job_id = j.id AND l.event = 'released') AS released,
+           (SELECT extract(epoch FROM min(l.created_at))::float8 FROM queue_app_job_logs l
+             WHERE l.job_id = j.id AND l.event = 'claimed') AS claimed
+      FROM queue_app_jobs j WHERE EXISTS (SELECT 1 FROM queue_app_job_waits w WHERE w.job_id = j.id)
+)
+SELECT f.kind,
+       count(*) FILTER (WHERE EXISTS (SELECT 1 FROM step s WHERE s.created <= f.at
+                                         AND coalesce(s.settled, 'infinity') > f.at)),
+       count(*) FILTER (WHERE EXISTS (SELECT 1 FROM step s WHERE s.released <= f.at
+                                         AND coalesce(s.claimed, 'infinity') > f.at))
+  FROM fault f GROUP BY f.kind ORDER BY f.kind
+"""
+
+
 def collect(figures: Figures) -> None:
     with connection.cursor() as cursor:
+        cursor.execute(
+            _FAULTS_IN_WORKFLOWS,
+            {
+                "kinds": [kind for kind, _ in figures.fault_timeline],
+                "times": [at for _, at in figures.fault_timeline],
+                "settling": SETTLING_EVENTS,
+            },
+        )
+        figures.database["faults_in_workflows"] = {
+            kind: (in_flight, released) for kind, in_flight, released in cursor.fetchall()
+        }
         for name, sql in _DATABASE_FIGURES.items():
             cursor.execute(sql)
             figures.database[name] = cursor.fetchone()[0]
@@ -130,6 +177,18 @@ def render(figures: Figures, results: list[Result]) -> str:
         f"lease expiries rescued {db.get('lease_expired')}, settled by a restarted worker"
         f" {db.get('recovered_on_restart')}, handed back {db.get('handed_back')}",
         f"poison jobs (way:status): {db.get('poison')}",
+        f"workflow steps and callbacks: {db.get('workflow_steps')}; released {db.get('released')},"
+        f" cancelled by a dependency {db.get('dependency_failed')}",
+        "faults while a workflow step was unsettled / while a released step awaited its claim: "
+        + (
+            ", ".join(
+                f"{kind}={in_flight}/{released}"
+                for kind, (in_flight, released) in db.get("faults_in_workflows", {}).items()
+            )
+            or "none"
+        ),
+        f"job controls: unique jobs {db.get('unique_jobs')}, keyed jobs {db.get('keyed_jobs')},"
+        f" snoozes {db.get('snoozed')}, expired {db.get('expired')}",
         f"final reconcile: {figures.reconcile_summary}",
         f"time from the last fault to all jobs terminal: {settle}; whole run {figures.total_seconds:.0f} s",
         "",

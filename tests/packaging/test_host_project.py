@@ -204,8 +204,8 @@ def _follow_the_page(project, venv, ran, system, base):
     assert system.process.wait(timeout=90) == 0, "\n".join(system.stderr[-40:])
     assert "All processes stopped." in system.stdout
     logged = "\n".join(system.stderr)
-    assert re.search(r" INFO queue_app\.relay relay_started batch_size=500", logged), logged[-3000:]
-    assert re.search(r" INFO queue_app\.supervisor worker_process_started ", logged), logged[-3000:]
+    assert re.search(r" INFO queue_app\.runtime\.relay relay_started batch_size=500", logged), logged[-3000:]
+    assert re.search(r" INFO queue_app\.runtime\.supervisor worker_process_started ", logged), logged[-3000:]
     assert "job_enqueued" not in logged and "jobs_claimed" not in logged  # debug lines stay out
 
     # 7. check --deploy: Django's own messages about the new project's settings (DEBUG, the

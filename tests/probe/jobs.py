@@ -119,6 +119,19 @@ def chaos_plain(payload):
         return {"execution": execution, "attempt": job.attempt}
 
 
+@job_handler("probe.chaos_snooze", max_attempts=5)
+def chaos_snooze(payload):
+    """For the chaos run: journal the execution, sleep, then snooze while the job's claim is
+    among its first ``times`` (the fence counts claims, so it needs no write of its own),
+    and complete after that."""
+    job = current_job()
+    with journal.execution(job.id, job.attempt, job.fence) as execution:
+        _chaos_work(payload, job.attempt)
+        if job.fence <= int(payload.get("times", 1)):
+            raise Snooze(float(payload.get("seconds", 0.2)))
+        return {"execution": execution, "attempt": job.attempt}
+
+
 @job_handler("probe.chaos_poison", max_attempts=3)
 def chaos_poison(payload):
     """For the chaos run: journal the execution, then end as ``payload["poison"]`` says
