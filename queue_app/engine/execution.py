@@ -29,6 +29,7 @@ from queue_app.engine.transitions import (
     TransitionedJob,
     apply_transition,
     record_transitions,
+    settle_dependents,
     table_params,
     transition,
     transitioned,
@@ -433,6 +434,9 @@ def expire_queued_jobs(limit: int = 1000, *, queues: Sequence[str] | None = None
             )
             jobs = [transitioned(found) for found in cursor.fetchall()]
         record_transitions(row, jobs, message="not started by its expiry")
+        if jobs:
+            # A workflow step waiting on an expired job is decided in this transaction.
+            settle_dependents([job.id for job in jobs])
     if jobs:
         log.info("jobs_expired", count=len(jobs))
     return jobs

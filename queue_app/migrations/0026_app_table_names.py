@@ -113,7 +113,7 @@ class Migration(migrations.Migration):
         migrations.RunSQL(FORWARD, BACKWARD),
         RunSQLFile(
             "claim_v5.sql",
-            sha256="4b618f558b377582075c5e20b83468699863524e75d39f44012bf353fc4c2de8",
+            sha256="78ebb7d212c19557cfe2dbe9da0a3972fdec5b347f5ea7b9449f9af4bf6ce589",
             reverse_sql=(
                 f"DROP FUNCTION queue_claim_jobs_v5({CLAIM_ARGUMENTS});"
                 f" DROP FUNCTION queue_claim_controlled_jobs_v5({CLAIM_ARGUMENTS});"
@@ -122,7 +122,7 @@ class Migration(migrations.Migration):
         ),
         RunSQLFile(
             "workflows_v2.sql",
-            sha256="b619e29fe89fcabf65e484a4d6001605815d26ab49821d33c1a69fe9dd0f5689",
+            sha256="fe6efab03e617ba04e18a63ecd7af1f23f147ceee3eff7e8b9be9504176244b8",
             reverse_sql=(
                 "DROP FUNCTION queue_resume_dependents_v2(uuid[]);"
                 " DROP FUNCTION queue_settle_dependents_v2(uuid[])"

@@ -325,3 +325,31 @@ def test_full_key_buckets_are_pruned_and_spent_ones_kept():
         )
     assert prune_full_key_buckets(["default"]) == 1
     assert list(KeyBucket.objects.values_list("key", flat=True)) == ["spent"]
+
+
+@pytest.mark.django_db
+def test_a_dependency_expired_at_the_claim_decides_its_dependents_in_that_transaction():
+    """An expired dependency settles without completing, as a cancelled one does: a dependent
+    under the default policy is cancelled naming it, one with on_failure="continue" is
+    released; neither waits for ever (found by the chaos run's no_step_left_waiting)."""
+    parent = enqueue_job("probe.run", expires_in=60)
+    cancelled = enqueue_job("probe.run", depends_on=[parent])
+    continued = enqueue_job("probe.run", depends_on=[parent], on_failure="continue")
+    _expire_now(parent.id)
+    assert execution.claim([str(parent.id)], worker_id="w").jobs == []
+    statuses = dict(
+        Job.objects.filter(id__in=[parent.id, cancelled.id, continued.id]).values_list("id", "status")
+    )
+    assert statuses == {parent.id: "expired", cancelled.id: "cancelled", continued.id: "queued"}
+    reason = JobLog.objects.get(job_id=cancelled.id, event="dependency_failed")
+    assert str(parent.id) in reason.message + str(reason.extra)
+
+
+@pytest.mark.django_db
+def test_a_dependency_expired_by_the_sweep_decides_its_dependents_in_that_transaction():
+    parent = enqueue_job("probe.run", expires_in=60)
+    dependent = enqueue_job("probe.run", depends_on=[parent], on_failure="continue")
+    _expire_now(parent.id)
+    assert [job.id for job in execution.expire_queued_jobs()] == [str(parent.id)]
+    assert Job.objects.get(id=dependent.id).status == "queued"
+    assert JobLog.objects.filter(job_id=dependent.id, event="released").count() == 1

@@ -2,8 +2,9 @@
 -- claim_jobs (engine/sql/execution.sql). One call takes the queue locks and claims.
 --
 -- Since version 4 (claim_v4.sql): the same statements on the tables' new names, which carry
--- the app's namespace (queue_app_jobs, queue_app_job_logs, ...); nothing else changed. What
--- follows describes version 4 and holds for this one.
+-- the app's namespace (queue_app_jobs, queue_app_job_logs, ...), and an expiry settled here
+-- decides the workflow steps waiting on the job in the same transaction
+-- (queue_settle_dependents_v2). What follows describes version 4 and holds for this one.
 --
 -- queue_claim_jobs_v5 takes the locks, then claims by primary key every due, queued, unexpired
 -- job of the ids whose queue has no controls (paused, a concurrency or rate limit, or, for a
@@ -128,6 +129,7 @@ DECLARE
     p_exclusive text[] := ARRAY(
         SELECT t.name FROM unnest(p_queues, p_exclusive_flags) AS t(name, exclusive) WHERE t.exclusive
     );
+    expired_ids uuid[];
     -- The keys of the ids whose lock this claim holds: those it gives their next turn.
     locked_keys integer[];
     unparked_count integer;
@@ -153,18 +155,24 @@ BEGIN
     );
 
     -- Expired ids never start: settled here, under the same compare-and-set on the status
-    -- as every transition (a cancel committed first leaves the job cancelled).
+    -- as every transition (a cancel committed first leaves the job cancelled). A workflow
+    -- step waiting on one is decided in this transaction too (workflows_v2.sql).
     WITH expired AS (
         UPDATE queue_app_jobs
            SET status = p_expire_target, completed_at = now(), next_retry_at = NULL
          WHERE queue_app_jobs.id = ANY(p_ids) AND queue_app_jobs.status || '' = ANY(p_sources)
            AND queue_app_jobs.expires_at <= now()
      RETURNING queue_app_jobs.id, queue_app_jobs.expires_at
+    ), logged AS (
+        INSERT INTO queue_app_job_logs (job_id, created_at, level, event, message, extra)
+        SELECT expired.id, clock_timestamp(), p_expire_level, p_expire_event, 'not started by its expiry',
+               jsonb_build_object('expires_at', expired.expires_at, 'worker', p_worker)
+          FROM expired
     )
-    INSERT INTO queue_app_job_logs (job_id, created_at, level, event, message, extra)
-    SELECT expired.id, clock_timestamp(), p_expire_level, p_expire_event, 'not started by its expiry',
-           jsonb_build_object('expires_at', expired.expires_at, 'worker', p_worker)
-      FROM expired;
+    SELECT coalesce(array_agg(expired.id), '{}') INTO expired_ids FROM expired;
+    IF cardinality(expired_ids) > 0 THEN
+        PERFORM queue_settle_dependents_v2(expired_ids);
+    END IF;
 
     -- The claim, with a snapshot taken after the locks were granted and the expiry written.
     -- Paused queues get nothing; a queue with a concurrency limit gets at most its free

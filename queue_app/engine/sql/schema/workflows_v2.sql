@@ -1,6 +1,8 @@
 -- Workflows, version 2: loaded by migration 0026_app_table_names, called by the statements
 -- of engine/sql/workflows.sql. Since version 1 (workflows_v1.sql): the same statements on the
--- tables' new names, which carry the app's namespace; nothing else changed.
+-- tables' new names, which carry the app's namespace, and an expired dependency counts as
+-- settled without completing (as a cancelled one does): in version 1 its dependents waited
+-- for ever.
 -- A job with dependencies (queue_app_job_dependencies rows, its policy in
 -- queue_app_job_waits) is 'waiting' until the transaction that settles its last dependency decides
 -- it, in that same transaction: released to 'queued' with its log row and its outbox row,
@@ -12,9 +14,9 @@
 --
 -- A released version is never edited (migration 0026 refuses a file whose sha256 changed).
 
--- queue_settle_dependents_v2: the jobs p_ids have just settled (completed, failed or
--- cancelled) in the caller's transaction. Each waiting dependent is decided:
---   on_failure 'cancel' (default): cancelled once a dependency failed or was cancelled;
+-- queue_settle_dependents_v2: the jobs p_ids have just settled (completed, failed, cancelled
+-- or expired) in the caller's transaction. Each waiting dependent is decided:
+--   on_failure 'cancel' (default): cancelled once a dependency failed, was cancelled or expired;
 --       released once every dependency completed;
 --   'continue': released once every dependency settled, however;
 --   'only_on_failure': once every dependency settled, released if one did not complete,
@@ -63,9 +65,9 @@ BEGIN
                         ELSE 'release' END AS verdict
               FROM (
                 SELECT w.job_id, w.on_failure,
-                       bool_and(p.status IN ('completed', 'failed', 'cancelled')) AS all_settled,
+                       bool_and(p.status IN ('completed', 'failed', 'cancelled', 'expired')) AS all_settled,
                        (array_agg(p.id ORDER BY d.position, p.id)
-                            FILTER (WHERE p.status IN ('failed', 'cancelled')))[1] AS culprit
+                            FILTER (WHERE p.status IN ('failed', 'cancelled', 'expired')))[1] AS culprit
                   FROM queue_app_jobs j
                   JOIN queue_app_job_waits w ON w.job_id = j.id
                   JOIN queue_app_job_dependencies d ON d.job_id = j.id
