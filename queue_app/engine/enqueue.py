@@ -296,7 +296,11 @@ def _held_keys(planned: list[_Planned], owner) -> dict[int, Job | int]:
 
 
 def _takes_turns(job: _Planned) -> bool:
-    return job.request.concurrency_key is not None and job.next_retry_at is None
+    """A job with a concurrency key, ready now. A job with dependencies takes its turn when
+    the settle of its last one releases it (workflows_v2.sql), not here: it is not in line
+    while it waits, so it neither parks nor keeps its key's next job out of line."""
+    request = job.request
+    return request.concurrency_key is not None and job.next_retry_at is None and not request.depends_on
 
 
 def _park(planned: list[_Planned], rows: list[dict[str, Any]], indexes: list[int]) -> None:

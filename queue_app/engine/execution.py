@@ -30,6 +30,7 @@ from queue_app.engine.transitions import (
     apply_transition,
     record_transitions,
     settle_dependents,
+    settle_params,
     table_params,
     transition,
     transitioned,
@@ -238,7 +239,7 @@ def _settle_statement(completions: Sequence[Completion]) -> tuple[str, dict[str,
     statement, in its transaction (its own statement: its snapshot sees the completions).
     A job the fence turned away did not complete, so its dependents are left waiting; a
     job nobody waits on costs one index look-up."""
-    return sql.query("settle_dependents"), {"ids": [c.job_id for c in completions]}
+    return sql.query("settle_dependents"), settle_params([c.job_id for c in completions])
 
 
 def _completed(

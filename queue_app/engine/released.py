@@ -7,7 +7,7 @@ does not: its enqueuer pushes it itself (DISPATCH_ON_COMMIT). The completing pro
 does the same for what it released, after the commit; the outbox row stays the safety
 net, and a push that lands late (the job claimed meanwhile) is absorbed by the claim.
 Jobs of strict-FIFO queues, and jobs released with a start time still ahead, are left to
-the relay.
+the relay; a job released parked (behind its key's job in line) is not pushed at all.
 """
 
 from __future__ import annotations

@@ -38,8 +38,9 @@ def statuses(ids: Iterable[str]) -> dict[str, str]:
 
 
 def queued_for_promotion(ids: Iterable[str]) -> list[tuple[str, str, int, datetime, datetime | None]]:
-    """(id, queue, priority_value, enqueued_at, next_retry_at) of the queued jobs among ``ids``."""
-    rows = Job.objects.filter(id__in=valid_ids(ids), status=Status.QUEUED).values_list(
+    """(id, queue, priority_value, enqueued_at, next_retry_at) of the queued jobs among ``ids``
+    that may go to Redis: a parked job waits out of it for its key's turn."""
+    rows = Job.objects.filter(id__in=valid_ids(ids), status=Status.QUEUED, parked=False).values_list(
         "id", "queue", "priority_value", "enqueued_at", "next_retry_at"
     )
     return [(str(pk), *rest) for pk, *rest in rows]

@@ -23,6 +23,7 @@ from django.db import connection, transaction
 
 from queue_app import broker
 from queue_app.engine import sql
+from queue_app.engine.controls import KEY_LOCK_CLASS
 from queue_app.engine.outbox import enqueue_intent, notify_relay, remove_intent
 from queue_app.models import JobLog, OutboxMessage
 from queue_app.states import TRANSITION_TABLE, Status, Transition
@@ -158,18 +159,24 @@ def record_transitions(
         resume_dependents([job.id for job in jobs])
 
 
+def settle_params(job_ids: Sequence) -> dict[str, object]:
+    """The parameters of ``settle_dependents`` / ``resume_dependents``: the jobs, and the class
+    of the keys' locks under which a released job parks behind its key's job in line."""
+    return {"ids": [str(job_id) for job_id in job_ids], "key_lock_class": KEY_LOCK_CLASS}
+
+
 def settle_dependents(job_ids: Sequence) -> list[tuple[str, str]]:
     """Release or cancel the waiting dependents of jobs that just settled, in the caller's
     transaction (``queue_settle_dependents_v2``); returns (id, new status) of those moved."""
     with connection.cursor() as cursor:
-        cursor.execute(sql.query("settle_dependents"), {"ids": [str(job_id) for job_id in job_ids]})
+        cursor.execute(sql.query("settle_dependents"), settle_params(job_ids))
         return [(str(job_id), status) for job_id, status in cursor.fetchall()]
 
 
 def resume_dependents(job_ids: Sequence) -> list[tuple[str, str]]:
     """The jobs a failure of ``job_ids`` cancelled wait again (they were just retried)."""
     with connection.cursor() as cursor:
-        cursor.execute(sql.query("resume_dependents"), {"ids": [str(job_id) for job_id in job_ids]})
+        cursor.execute(sql.query("resume_dependents"), settle_params(job_ids))
         return [(str(job_id), status) for job_id, status in cursor.fetchall()]
 
 

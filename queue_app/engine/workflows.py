@@ -265,9 +265,14 @@ def enqueue_with_dependencies(checked: list[CheckedRequest], *, owner) -> list[J
         created = {job.id for job in jobs if job.was_created}
         settled = {edge.depends_on_id for edge in edges if edge.depends_on_id not in created}
         moved = dict(settle_dependents(sorted(settled, key=str))) if settled else {}
+        # A keyed job released at once may have parked behind its key's job in line.
+        parked = {
+            str(pk) for pk in Job.objects.filter(id__in=list(moved), parked=True).values_list("id", flat=True)
+        }
     for job in jobs:
         if str(job.id) in moved:
             job.status = moved[str(job.id)]
+            job.parked = str(job.id) in parked
     return jobs
 
 

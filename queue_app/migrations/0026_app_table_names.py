@@ -113,7 +113,7 @@ class Migration(migrations.Migration):
         migrations.RunSQL(FORWARD, BACKWARD),
         RunSQLFile(
             "claim_v5.sql",
-            sha256="78ebb7d212c19557cfe2dbe9da0a3972fdec5b347f5ea7b9449f9af4bf6ce589",
+            sha256="5b921d0e9f314b42537366224fd63ea201050ac519dc28880f9a28d4232c6b22",
             reverse_sql=(
                 f"DROP FUNCTION queue_claim_jobs_v5({CLAIM_ARGUMENTS});"
                 f" DROP FUNCTION queue_claim_controlled_jobs_v5({CLAIM_ARGUMENTS});"
@@ -122,10 +122,10 @@ class Migration(migrations.Migration):
         ),
         RunSQLFile(
             "workflows_v2.sql",
-            sha256="fe6efab03e617ba04e18a63ecd7af1f23f147ceee3eff7e8b9be9504176244b8",
+            sha256="8cfc94917c7d928373431f296fef2361ca666cbf63395be6c11905a37f91a2f6",
             reverse_sql=(
-                "DROP FUNCTION queue_resume_dependents_v2(uuid[]);"
-                " DROP FUNCTION queue_settle_dependents_v2(uuid[])"
+                "DROP FUNCTION queue_resume_dependents_v2(uuid[], integer);"
+                " DROP FUNCTION queue_settle_dependents_v2(uuid[], integer)"
             ),
         ),
     ]

@@ -51,3 +51,17 @@ def test_a_completion_rolled_back_pushes_nothing(redis_client):
         execution.complete_jobs([execution.Completion(claimed.id, claimed.fence, 1)])
         raise RuntimeError("the caller's transaction fails")
     assert in_line(redis_client) == []
+
+
+def test_a_completion_does_not_push_a_dependent_it_released_parked(redis_client):
+    """A keyed dependent released while its key has a job in line waits out of Redis for its
+    key's turn, as an enqueued one does (workflows_v2.sql)."""
+    key_in_line = enqueue_job("wf.add", concurrency_key="k")
+    parent = enqueue_job("wf.add")
+    child = enqueue_job("wf.add", depends_on=[parent], concurrency_key="k")
+    (claimed,) = claim_jobs([str(parent.id)], worker_id="w")
+    redis_client.flushdb()
+    execution.complete_jobs([execution.Completion(claimed.id, claimed.fence, 1)])
+    assert in_line(redis_client) == []
+    assert not OutboxMessage.objects.filter(job_id=child.id).exists()
+    assert OutboxMessage.objects.filter(job_id=key_in_line.id, action="enqueue").exists()

@@ -4,12 +4,13 @@
 -- name: settle_dependents
 -- Jobs %(ids)s just settled in this transaction: their waiting dependents are released or
 -- cancelled now, in the same commit (a separate statement from the settle itself, so its
--- snapshot includes it). Returns the dependents it moved.
-SELECT id, status FROM queue_settle_dependents_v2(%(ids)s::uuid[])
+-- snapshot includes it). A released job with a concurrency key may park behind its key's job
+-- in line (key_lock_class: its lock's class, KEY_LOCK_CLASS). Returns the dependents it moved.
+SELECT id, status FROM queue_settle_dependents_v2(%(ids)s::uuid[], %(key_lock_class)s)
 
 -- name: resume_dependents
 -- Jobs %(ids)s were just retried: the jobs their failure cancelled wait again.
-SELECT id, status FROM queue_resume_dependents_v2(%(ids)s::uuid[])
+SELECT id, status FROM queue_resume_dependents_v2(%(ids)s::uuid[], %(key_lock_class)s)
 
 -- name: lock_dependencies
 -- The existing jobs a new job will depend on, locked until the enqueue commits: a settle of

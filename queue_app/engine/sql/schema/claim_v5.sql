@@ -4,7 +4,9 @@
 -- Since version 4 (claim_v4.sql): the same statements on the tables' new names, which carry
 -- the app's namespace (queue_app_jobs, queue_app_job_logs, ...), and an expiry settled here
 -- decides the workflow steps waiting on the job in the same transaction
--- (queue_settle_dependents_v2). What follows describes version 4 and holds for this one.
+-- (queue_settle_dependents_v2, which parks a released step behind its key's job in line
+-- under the key's lock, p_lock_class + 1, tried as this claim tries it). What follows
+-- describes version 4 and holds for this one.
 --
 -- queue_claim_jobs_v5 takes the locks, then claims by primary key every due, queued, unexpired
 -- job of the ids whose queue has no controls (paused, a concurrency or rate limit, or, for a
@@ -171,7 +173,7 @@ BEGIN
     )
     SELECT coalesce(array_agg(expired.id), '{}') INTO expired_ids FROM expired;
     IF cardinality(expired_ids) > 0 THEN
-        PERFORM queue_settle_dependents_v2(expired_ids);
+        PERFORM queue_settle_dependents_v2(expired_ids, p_lock_class + 1);
     END IF;
 
     -- The claim, with a snapshot taken after the locks were granted and the expiry written.

@@ -2,12 +2,16 @@
 -- of engine/sql/workflows.sql. Since version 1 (workflows_v1.sql): the same statements on the
 -- tables' new names, which carry the app's namespace, and an expired dependency counts as
 -- settled without completing (as a cancelled one does): in version 1 its dependents waited
--- for ever.
+-- for ever. And a released job with a concurrency key takes its turn as an enqueued one does
+-- (claim_v5.sql): it parks (queued, parked, no outbox row) when its key already has a job
+-- in line, so a workflow's steps of one key never put more than one id of it in Redis; in
+-- version 1 every released job went to Redis, whatever its key.
 -- A job with dependencies (queue_app_job_dependencies rows, its policy in
 -- queue_app_job_waits) is 'waiting' until the transaction that settles its last dependency decides
--- it, in that same transaction: released to 'queued' with its log row and its outbox row,
--- or cancelled with a log row naming the dependency that did not complete. No polling, and
--- no counter anywhere else: the decision reads the dependencies' rows.
+-- it, in that same transaction: released to 'queued' with its log row and its outbox row
+-- (or parked behind its key's job in line, without one), or cancelled with a log row naming
+-- the dependency that did not complete. No polling, and no counter anywhere else: the
+-- decision reads the dependencies' rows.
 --
 -- Statuses, events and levels are literals here; tests/workflows/test_storage.py holds
 -- them to the rows "release", "dependency_failed" and "resume" of states.TRANSITION_TABLE.
@@ -29,7 +33,17 @@
 -- decides in a later statement, whose snapshot is taken after the lock was granted. The
 -- second waits for the first's commit, then sees both dependencies settled and releases
 -- the job; the first saw the other dependency unsettled and left it. Exactly one releases.
-CREATE OR REPLACE FUNCTION queue_settle_dependents_v2(p_ids uuid[])
+--
+-- A released job with a concurrency_key, ready now, parks behind its key's job in line,
+-- or behind another job of its key released in this call (the first by priority, then id,
+-- goes in line), under the key's advisory lock (p_key_lock_class, hashtext(queue || '/' ||
+-- key)), the lock the enqueue takes to decide the same. The lock is only tried, as the
+-- claim tries it: this runs in completions' and claims' transactions, which never wait for
+-- an enqueuing one. A key whose lock another transaction holds now parks its released job
+-- too; should the key then have no id in line, the maintenance leader gives it its turn
+-- (queue_release_stalled_keys_v2), as it does for a key whose claim could not lock it. A job
+-- released with its start time still ahead does not park: it joins the line when due.
+CREATE OR REPLACE FUNCTION queue_settle_dependents_v2(p_ids uuid[], p_key_lock_class integer)
 RETURNS TABLE (id uuid, status varchar)
 LANGUAGE plpgsql VOLATILE
 AS $settle$
@@ -39,6 +53,7 @@ DECLARE
     released uuid[];
     cancelled uuid[];
     culprits uuid[];
+    locked_keys integer[];
 BEGIN
     WHILE cardinality(settled) > 0 LOOP
         -- A job nobody waits on costs this one index look-up.
@@ -79,20 +94,49 @@ BEGIN
           ) AS x;
 
         IF cardinality(released) > 0 THEN
+            -- The locks of the keys of the released jobs ready now, tried (never waited
+            -- for, so in any order; held until the caller's transaction ends).
+            locked_keys := ARRAY(
+                SELECT k.h FROM (SELECT DISTINCT hashtext(j.queue || '/' || j.concurrency_key) AS h
+                                   FROM queue_app_jobs j
+                                  WHERE j.id = ANY(released) AND j.concurrency_key IS NOT NULL
+                                    AND (j.next_retry_at IS NULL OR j.next_retry_at <= now())) AS k
+                 WHERE pg_try_advisory_xact_lock(p_key_lock_class, k.h)
+                 ORDER BY k.h
+            );
             -- Ready now, or at its run_at when that is still ahead: the outbox row puts it in
             -- the ready set (member: enqueue µs since 2020-01-01, as broker.scores) or the
-            -- retry set.
+            -- retry set. A parked job gets none: the claim of its key's job in line gives it
+            -- its turn. A statement of its own, after the locks: its snapshot sees every job
+            -- put in line by a transaction that held a key's lock before.
             RETURN QUERY
-            WITH moved AS (
+            WITH turns AS (
+                -- The literal status is the condition of idx_jobs_queued_key.
+                SELECT j.id,
+                       NOT hashtext(j.queue || '/' || j.concurrency_key) = ANY(locked_keys)
+                       OR EXISTS (SELECT FROM queue_app_jobs u
+                                   WHERE u.queue = j.queue AND u.concurrency_key = j.concurrency_key
+                                     AND u.status = 'queued' AND NOT u.parked AND u.concurrency_key IS NOT NULL
+                                     AND (u.next_retry_at IS NULL OR u.next_retry_at <= now()))
+                       OR row_number() OVER (PARTITION BY j.queue, j.concurrency_key
+                                             ORDER BY j.priority_value DESC, j.id) > 1 AS parked
+                  FROM queue_app_jobs j
+                 WHERE j.id = ANY(released) AND j.status = 'waiting' AND j.concurrency_key IS NOT NULL
+                   AND (j.next_retry_at IS NULL OR j.next_retry_at <= now())
+            ), moved AS (
                 UPDATE queue_app_jobs
                    SET status = 'queued',
                        enqueued_at = greatest(now(), coalesce(queue_app_jobs.next_retry_at, now())),
-                       next_retry_at = CASE WHEN queue_app_jobs.next_retry_at > now() THEN queue_app_jobs.next_retry_at END
+                       next_retry_at = CASE WHEN queue_app_jobs.next_retry_at > now() THEN queue_app_jobs.next_retry_at END,
+                       parked = coalesce((SELECT turns.parked FROM turns WHERE turns.id = queue_app_jobs.id), false)
                  WHERE queue_app_jobs.id = ANY(released) AND queue_app_jobs.status = 'waiting'
-             RETURNING queue_app_jobs.id, queue_app_jobs.status, queue_app_jobs.queue, queue_app_jobs.priority_value, queue_app_jobs.enqueued_at, queue_app_jobs.next_retry_at
+             RETURNING queue_app_jobs.id, queue_app_jobs.status, queue_app_jobs.queue, queue_app_jobs.priority_value,
+                       queue_app_jobs.enqueued_at, queue_app_jobs.next_retry_at, queue_app_jobs.parked
             ), logged AS (
                 INSERT INTO queue_app_job_logs (job_id, level, event, message, extra)
-                SELECT moved.id, 'info', 'released', 'every dependency settled', '{}'::jsonb FROM moved
+                SELECT moved.id, 'info', 'released', 'every dependency settled',
+                       CASE WHEN moved.parked THEN '{"parked": true}'::jsonb ELSE '{}'::jsonb END
+                  FROM moved
             ), sent AS (
                 INSERT INTO queue_app_job_outbox (job_id, action, queue, score, member)
                 SELECT moved.id,
@@ -107,6 +151,7 @@ BEGIN
                                  || ':' || moved.id::text
                             ELSE '' END
                   FROM moved
+                 WHERE NOT moved.parked
             )
             SELECT moved.id, moved.status FROM moved;
             PERFORM pg_notify('jobqueue_outbox', '');
@@ -152,7 +197,7 @@ $settle$;
 -- caller's transaction. The jobs their failure cancelled go back to waiting, and so do the
 -- jobs those cancelled in turn; then each is decided again, as a settle would (one may
 -- still wait on another dependency that failed). Returns the jobs it moved.
-CREATE OR REPLACE FUNCTION queue_resume_dependents_v2(p_ids uuid[])
+CREATE OR REPLACE FUNCTION queue_resume_dependents_v2(p_ids uuid[], p_key_lock_class integer)
 RETURNS TABLE (id uuid, status varchar)
 LANGUAGE plpgsql VOLATILE
 AS $resume$
@@ -190,6 +235,7 @@ BEGIN
     RETURN QUERY SELECT r.id, 'waiting'::varchar FROM unnest(every_resumed) AS r(id);
     RETURN QUERY
     SELECT * FROM queue_settle_dependents_v2(
-        ARRAY(SELECT DISTINCT d.depends_on_id FROM queue_app_job_dependencies d WHERE d.job_id = ANY(every_resumed)));
+        ARRAY(SELECT DISTINCT d.depends_on_id FROM queue_app_job_dependencies d WHERE d.job_id = ANY(every_resumed)),
+        p_key_lock_class);
 END
 $resume$;
