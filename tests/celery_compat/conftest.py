@@ -32,9 +32,11 @@ def mail_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("shop-mail")
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="module")
 def celery_workers(django_db_setup, django_db_blocker, mail_dir, tmp_path_factory):
-    """One worker and one relay (retries reach Redis through it) for the package's tests."""
+    """One worker and one relay (retries reach Redis through it) for a module's tests. Not
+    the package's: test_celery_api.py runs its jobs by hand and needs no worker taking them,
+    wherever it falls in the order the tests run in."""
     logs = tmp_path_factory.mktemp("celery-logs")
     with django_db_blocker.unblock():
         env = child_env(
