@@ -183,7 +183,7 @@ if _env_bool("DATABASE_POOL", True):
     }
 
 # Behind PgBouncer in transaction mode: no server-side cursors, no prepared statements,
-# and the worker name's lock held inside a transaction (queue_app/runtime/worker_name.py).
+# no LISTEN, and the worker name's lock held inside a transaction (queue_app/runtime/worker_name.py).
 DATABASE_PGBOUNCER = _env_bool("DATABASE_PGBOUNCER", False)
 if DATABASE_PGBOUNCER:
     DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True

@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -51,9 +52,20 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+@dataclass(frozen=True)
+class Bouncer:
+    port: int
+    log: Path
+
+    def unlinked_notifications(self) -> int:
+        """Notifications PgBouncer got from a server connection no client held, and dropped
+        (with a warning each): the sign of a LISTEN left on a pooled server connection."""
+        return self.log.read_text().count("got packet 'A' from server when not linked")
+
+
 @pytest.fixture
 def pgbouncer():
-    """A PgBouncer in transaction mode in front of the test database; yields its port."""
+    """A PgBouncer in transaction mode in front of the test database."""
     if PGBOUNCER is None:
         pytest.skip("pgbouncer is not installed: ./dev test installs it as root (apt-get install pgbouncer)")
     db = connection.settings_dict
@@ -78,7 +90,7 @@ def pgbouncer():
     try:
         wait_until(lambda: _accepts(port) or process.poll() is not None, timeout=10, message="pgbouncer")
         assert process.poll() is None, (folder / "pgbouncer.log").read_text()
-        yield port
+        yield Bouncer(port, folder / "pgbouncer.log")
     finally:
         process.terminate()
         process.wait(timeout=10)
@@ -94,10 +106,10 @@ def _accepts(port: int) -> bool:
         return False
 
 
-def pgbouncer_env(port: int, **extra: str) -> dict[str, str]:
+def pgbouncer_env(bouncer: Bouncer, **extra: str) -> dict[str, str]:
     """A child's environment with its DATABASE_URL through PgBouncer, set up as the how-to says."""
     db = connection.settings_dict
-    url = f"postgres://{db['USER']}@127.0.0.1:{port}/{db['NAME']}"
+    url = f"postgres://{db['USER']}@127.0.0.1:{bouncer.port}/{db['NAME']}"
     return child_env(DATABASE_URL=url, DATABASE_PGBOUNCER="1", DATABASE_POOL="0", **extra)
 
 
@@ -105,7 +117,7 @@ def pgbouncer_env(port: int, **extra: str) -> dict[str, str]:
 def through_pgbouncer(transactional_db, relay_path, pgbouncer, settings):
     """The test's own connection goes through PgBouncer too, set up as DATABASE_PGBOUNCER=1
     sets it (no prepared statements, no server-side cursors, no Django pool); returns the
-    URL and environment for the processes. Put back before the test database is flushed."""
+    environment for the processes. Put back before the test database is flushed."""
     env = pgbouncer_env(
         pgbouncer,
         JOBQUEUE_DISPATCH_ON_COMMIT="0",  # every job through the relay's outbox
@@ -118,7 +130,7 @@ def through_pgbouncer(transactional_db, relay_path, pgbouncer, settings):
     options = {key: value for key, value in db["OPTIONS"].items() if key != "pool"}
     db.update(
         HOST="127.0.0.1",
-        PORT=pgbouncer,
+        PORT=pgbouncer.port,
         OPTIONS={**options, "prepare_threshold": None},
         DISABLE_SERVER_SIDE_CURSORS=True,
     )
@@ -151,7 +163,7 @@ def events(job) -> list[str]:
     return list(JobLog.objects.filter(job_id=job.id).order_by("id").values_list("event", flat=True))
 
 
-def test_jobs_of_every_kind_settle_exactly_once_through_pgbouncer(through_pgbouncer, processes, settings):
+def test_jobs_of_every_kind_settle_exactly_once_through_pgbouncer(through_pgbouncer, pgbouncer, processes):
     # The test's connection reaches PostgreSQL through PgBouncer (which connects on 5432).
     assert connection.settings_dict["PORT"] != server_port()
     # Queue and key limits: the claim takes the queue's advisory xact lock and the keys'.
@@ -206,6 +218,9 @@ def test_jobs_of_every_kind_settle_exactly_once_through_pgbouncer(through_pgboun
     for job in settled:
         ran = len(executions(job)) if job is not atomic else Effect.objects.filter(job_id=job.id).count()
         assert events(job).count("claimed") == ran, events(job)
+    # No LISTEN was left on a pooled server connection, where each NOTIFY (one per enqueue
+    # and cancel) would reach no client.
+    assert pgbouncer.unlinked_notifications() == 0
     # The key's limit of one held across the two worker processes: no two of its runs overlapped.
     runs = sorted(
         Execution.objects.filter(job_id__in=[job.id for job in keyed]).values_list(
