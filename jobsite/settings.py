@@ -182,8 +182,10 @@ if _env_bool("DATABASE_POOL", True):
         "timeout": _env_float("DATABASE_POOL_TIMEOUT", 10, maximum=3600),
     }
 
-# Behind PgBouncer in transaction mode: no server-side cursors, no prepared statements.
-if _env_bool("DATABASE_PGBOUNCER", False):
+# Behind PgBouncer in transaction mode: no server-side cursors, no prepared statements,
+# no LISTEN, and the worker name's lock held inside a transaction (queue_app/runtime/worker_name.py).
+DATABASE_PGBOUNCER = _env_bool("DATABASE_PGBOUNCER", False)
+if DATABASE_PGBOUNCER:
     DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
     DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = None
 

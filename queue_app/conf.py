@@ -226,6 +226,11 @@ PROJECT_SETTING_DEFAULTS: dict[str, Any] = {
     # The dotted path of a callable the relay and the worker call with the name of each fault
     # point they pass; "" = none. Only the test settings name one (tests/fault_points.py).
     "FAULT_POINT_HANDLER": "",
+    # The database is reached through PgBouncer in transaction mode: a LISTEN or a
+    # session-level lock would stay behind on a pooled server connection, so the relay
+    # and the cancel listener do not LISTEN, and the worker name's lock is a
+    # transaction-level one, in a transaction its connection keeps open.
+    "DATABASE_PGBOUNCER": False,
 }
 
 

@@ -12,8 +12,10 @@ from tests.helpers import child_env
 READ_SETTINGS = """
 import json, django
 django.setup()
+from django.conf import settings
 from django.db import connection
 print(json.dumps({
+    "pgbouncer": settings.DATABASE_PGBOUNCER,
     "server_side_cursors_off": connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS", False),
     "prepare_threshold": connection.settings_dict["OPTIONS"].get("prepare_threshold", "unset"),
 }))
@@ -30,8 +32,8 @@ def database_settings(**env: str) -> dict:
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
-        ("1", {"server_side_cursors_off": True, "prepare_threshold": None}),
-        ("0", {"server_side_cursors_off": False, "prepare_threshold": "unset"}),
+        ("1", {"pgbouncer": True, "server_side_cursors_off": True, "prepare_threshold": None}),
+        ("0", {"pgbouncer": False, "server_side_cursors_off": False, "prepare_threshold": "unset"}),
     ],
 )
 def test_pgbouncer_mode_turns_off_server_side_cursors_and_prepared_statements(value, expected):

@@ -4,6 +4,10 @@
 so the worker holding that attempt learns of it at the commit, not at its next
 heartbeat. The heartbeat still reads each held job's status: a notification
 missed while this connection was down costs at most one heartbeat.
+
+Behind PgBouncer in transaction mode (``DATABASE_PGBOUNCER``) a LISTEN hears nothing, and
+would stay on a pooled server connection, each NOTIFY to it dropped by PgBouncer with a
+warning: there the listener does not listen, and the heartbeat carries every cancel.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import threading
 
 import psycopg
 
+from queue_app.conf import project_setting
 from queue_app.engine import sql
 from queue_app.exceptions import CancelRequested
 from queue_app.observability.logs import get_logger
@@ -33,6 +38,8 @@ class CancelListener(threading.Thread):
         self._connection: psycopg.Connection | None = None
 
     def run(self) -> None:
+        if project_setting("DATABASE_PGBOUNCER"):
+            return
         while not self._stopped.is_set():
             try:
                 if self._connection is None or self._connection.closed:

@@ -186,7 +186,12 @@ class Relay:
         Without a listener yet (the first wait, or after its connection failed) it
         LISTENs and returns at once: a NOTIFY reaches only sessions already listening,
         so rows committed since the last drain read the outbox need one more drain.
+        Behind PgBouncer in transaction mode (``DATABASE_PGBOUNCER``) a LISTEN hears
+        nothing, and would stay on a pooled server connection: there it only polls.
         """
+        if conf.project_setting("DATABASE_PGBOUNCER"):
+            time.sleep(self.poll_seconds)
+            return
         try:
             if self._listener is None or self._listener.closed:
                 self._listen()

@@ -6,6 +6,13 @@ would settle each other's running jobs. The supervisor holds the lock on a
 dedicated connection (outside Django's pool, which is closed before every
 fork) for as long as it runs; PostgreSQL releases it when that session ends,
 even after a SIGKILL.
+
+Behind PgBouncer in transaction mode (``DATABASE_PGBOUNCER``) a session-level lock would
+stay on the pooled server connection after the worker is gone, and refuse its restart:
+there the lock is a transaction-level one, taken in a transaction the connection keeps
+open, which ties the server connection to it until the client goes (PgBouncer then drops
+the server connection, and the lock with it). The open transaction has no transaction id
+and no snapshot between statements, so it holds back no vacuum.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import zlib
 import psycopg
 from django.db import connection
 
+from queue_app.conf import project_setting
 from queue_app.engine import sql
 from queue_app.observability.logs import get_logger
 
@@ -46,8 +54,12 @@ class WorkerNameLock:
         for key in ("cursor_factory", "context", "server_side_binding"):
             params.pop(key, None)
         session = psycopg.connect(**params, autocommit=True)
+        query = "try_worker_name_lock"
+        if project_setting("DATABASE_PGBOUNCER"):
+            session.execute("BEGIN")
+            query = "try_worker_name_xact_lock"
         row = session.execute(
-            sql.query("try_worker_name_lock"), {"lock_class": LOCK_CLASS, "key": lock_key(self.name)}
+            sql.query(query), {"lock_class": LOCK_CLASS, "key": lock_key(self.name)}
         ).fetchone()
         if not row[0]:
             session.close()

@@ -88,7 +88,9 @@ def test_env_writes_what_up_writes_without_starting_anything(tmp_path):
 
 
 @pytest.mark.skipif(
-    not Path("/usr/bin/chromium").exists(), reason="./dev test would install Chromium first (root + apt)"
+    not Path("/usr/bin/chromium").exists()
+    or not shutil.which("pgbouncer", path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin"])),
+    reason="./dev test would install Chromium and PgBouncer first (root + apt)",
 )
 def test_test_builds_the_docs_strictly_after_the_lint_and_before_pytest(tmp_path):
     project = _project(tmp_path)
