@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,6 +29,21 @@ from pathlib import Path
 from common import BENCH_DIR, ROOT, python, spawn, stop_all, wait_until
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# A backend reports its statistics at most once a second while busy, and at exit.
+STATS_FLUSH_SECONDS = 1.2
+
+
+def stop_gracefully(process) -> dict[str, float]:
+    """The CPU of a phase's process and of PostgreSQL (whose backends of the process end with
+    it), read before it stops; then SIGTERM and wait, so those database sessions report
+    their statistics as they close."""
+    cpu = {"process_cpu_ms": cpu_ms([process.pid]), "postgres_cpu_ms": cpu_ms(postgres_pids())}
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        stop_all([process])
+    return cpu
 
 
 def environment() -> dict[str, str]:
@@ -71,21 +88,26 @@ class Counters:
     def __init__(self, cursor, client, worker_pids) -> None:
         self.cursor, self.client, self.worker_pids = cursor, client, worker_pids
 
-    def read(self) -> dict[str, float]:
+    def read(self, cpu: dict[str, float] | None = None) -> dict[str, float]:
+        """The counters now; ``cpu`` the CPU figures when they were read before the phase's
+        process stopped. Backends report their statistics when idle or at exit: waited for."""
+        if cpu is None:
+            cpu = {"process_cpu_ms": cpu_ms(self.worker_pids()), "postgres_cpu_ms": cpu_ms(postgres_pids())}
+        time.sleep(STATS_FLUSH_SECONDS)
+        self.cursor.execute("SELECT pg_stat_force_next_flush()")  # this connection's own
+        self.cursor.execute("SELECT pg_stat_clear_snapshot()")
         self.cursor.execute(
             "SELECT xact_commit, pg_current_wal_lsn() - '0/0'::pg_lsn FROM pg_stat_database"
             " WHERE datname = current_database()"
         )
         commits, wal = self.cursor.fetchone()
-        stats = self.client.info("stats")
-        cpu = self.client.info("cpu")
+        stats, redis_cpu = self.client.info("stats"), self.client.info("cpu")
         return {
             "pg_commits": float(commits),
             "wal_bytes": float(wal),
             "redis_commands": float(stats["total_commands_processed"]),
-            "redis_cpu_ms": (cpu["used_cpu_user"] + cpu["used_cpu_sys"]) * 1000,
-            "postgres_cpu_ms": cpu_ms(postgres_pids()),
-            "process_cpu_ms": cpu_ms(self.worker_pids()),
+            "redis_cpu_ms": (redis_cpu["used_cpu_user"] + redis_cpu["used_cpu_sys"]) * 1000,
+            **cpu,
         }
 
 
@@ -126,7 +148,7 @@ def measure(n: int) -> dict:
                 return cursor.fetchone()[0] == 0
 
             wait_until(relayed, timeout=600, what="the outbox relayed")
-            costs["relay"] = per_job(before, counters.read(), n)
+            costs["relay"] = per_job(before, counters.read(stop_gracefully(relay)), n)
         finally:
             stop_all([relay])
 
@@ -149,7 +171,7 @@ def measure(n: int) -> dict:
                 return cursor.fetchone()[0] >= n
 
             wait_until(drained, timeout=max(600.0, n / 50), what=f"{n:,} jobs done")
-            costs["drain"] = per_job(before, counters.read(), n)
+            costs["drain"] = per_job(before, counters.read(stop_gracefully(worker)), n)
         finally:
             stop_all([worker])
     return {"jobs": n, "costs": costs}
