@@ -53,11 +53,11 @@ class WorkerNameLock:
         params = connection.get_connection_params()
         for key in ("cursor_factory", "context", "server_side_binding"):
             params.pop(key, None)
-        session = psycopg.connect(**params, autocommit=True)
-        query = "try_worker_name_lock"
-        if project_setting("DATABASE_PGBOUNCER"):
-            session.execute("BEGIN")
-            query = "try_worker_name_xact_lock"
+        # Behind PgBouncer the lock is a transaction's, which psycopg opens (autocommit off)
+        # with the first statement and this session keeps open for as long as it lives.
+        pgbouncer = project_setting("DATABASE_PGBOUNCER")
+        session = psycopg.connect(**params, autocommit=not pgbouncer)
+        query = "try_worker_name_xact_lock" if pgbouncer else "try_worker_name_lock"
         row = session.execute(
             sql.query(query), {"lock_class": LOCK_CLASS, "key": lock_key(self.name)}
         ).fetchone()
