@@ -22,7 +22,7 @@ from django.db import connection, transaction
 
 from queue_app.conf import queue_settings
 from queue_app.engine import selectors, sql
-from queue_app.engine.controls import QUEUE_LOCK_CLASS
+from queue_app.engine.controls import KEY_LOCK_CLASS, QUEUE_LOCK_CLASS
 from queue_app.engine.released import push_released
 from queue_app.engine.retry_policy import backoff_delay, failure_policy  # noqa: F401 - the runtime's
 from queue_app.engine.transitions import (
@@ -450,9 +450,7 @@ def release_stalled_keys(queues: Sequence[str], *, limit: int = 1000) -> int:
     with connection.cursor() as cursor:
         cursor.execute(
             sql.query("release_stalled_keys"),
-            # The queues' lock class, as the claim passes it: the function tries each key's
-            # lock at class + 1 (KEY_LOCK_CLASS), the one an enqueue holds while it decides.
-            {"queues": list(queues), "lock_class": QUEUE_LOCK_CLASS, "limit": limit},
+            {"queues": list(queues), "lock_class": KEY_LOCK_CLASS, "limit": limit},
         )
         released = cursor.fetchone()[0]
     if released:

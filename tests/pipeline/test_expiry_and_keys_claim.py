@@ -353,36 +353,3 @@ def test_a_dependency_expired_by_the_sweep_decides_its_dependents_in_that_transa
     assert [job.id for job in execution.expire_queued_jobs()] == [str(parent.id)]
     assert Job.objects.get(id=dependent.id).status == "queued"
     assert JobLog.objects.filter(job_id=dependent.id, event="released").count() == 1
-
-
-@pytest.mark.django_db(transaction=True)
-def test_the_maintenance_chore_leaves_a_key_whose_lock_an_enqueue_holds():
-    """The chore tries the key's lock the enqueue takes (KEY_LOCK_CLASS): while an enqueue to
-    the key is deciding, the key's turn waits for the chore's next round."""
-    from queue_app.engine.controls import KEY_LOCK_CLASS
-
-    head, follower = (enqueue_job("probe.run", concurrency_key="k") for _ in range(2))
-    cancel_job(head.id)
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext('default/k'))", [KEY_LOCK_CLASS])
-        # The lock is this connection's; the chore runs on another, as on the leader.
-        assert _release_stalled_keys_elsewhere() == 0
-    assert _release_stalled_keys_elsewhere() == 1
-    assert not Job.objects.get(id=follower.id).parked
-
-
-def _release_stalled_keys_elsewhere() -> int:
-    """``release_stalled_keys`` on a connection of its own (a thread gets one)."""
-    found: list[int] = []
-
-    def run() -> None:
-        try:
-            found.append(execution.release_stalled_keys(["default"]))
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join()
-    return found[0]
