@@ -29,8 +29,10 @@ def push_released(settled: Iterable[tuple]) -> None:
     """``settled``: the settle statement's rows (id, status); those now queued are pushed
     once the transaction commits (at once, in autocommit)."""
     released = [str(job_id) for job_id, status in settled if status == Status.QUEUED]
+    if not released:
+        return  # every completion calls this; almost none releases anything
     settings = queue_settings()
-    if released and settings.DISPATCH_ON_COMMIT:
+    if settings.DISPATCH_ON_COMMIT:
         transaction.on_commit(lambda: _push(released, settings.QUEUES))
 
 
