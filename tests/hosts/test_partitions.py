@@ -263,9 +263,6 @@ def test_jobs_survive_partitions_between_hosts_exactly_once(site, deployment):
         timeout=RESCUE_TIMEOUT,
         message="host-a's running job to be settled while host-a has no Redis",
     )
-    # Its leases are extended through PostgreSQL whatever Redis does: host-a's own attempt
-    # completed it, nothing was rescued.
-    assert {site.completed_by(job_id).split("/")[0] for job_id, _ in held} == {"host-a"}
     network.heal(host_a, store_host, stores.redis_address)
 
     # 3. host-b, a relay host, off the network whole while it relays and runs a job.
