@@ -126,14 +126,16 @@ def sample(cursor, client, processes: dict[str, subprocess.Popen], since: float)
     row["latency_p50_ms"], row["latency_p99_ms"] = latencies
     cursor.execute(
         "SELECT relname, pg_table_size(relid), pg_indexes_size(relid), n_live_tup, n_dead_tup,"
-        "       autovacuum_count, autoanalyze_count"
+        "       autovacuum_count, autoanalyze_count, n_tup_upd, n_tup_hot_upd"
         "  FROM pg_stat_user_tables WHERE relname = ANY(%(tables)s)",
         {"tables": list(TABLES)},
     )
-    for name, table, indexes, live, dead, vacuums, analyzes in cursor.fetchall():
+    for name, table, indexes, live, dead, vacuums, analyzes, updates, hot in cursor.fetchall():
         row[f"{name}_table_mib"], row[f"{name}_indexes_mib"] = table / 2**20, indexes / 2**20
         row[f"{name}_live"], row[f"{name}_dead"] = live, dead
         row[f"{name}_autovacuums"], row[f"{name}_autoanalyzes"] = vacuums, analyzes
+        # Updates so far, and how many were HOT (no index entry written): what fillfactor tunes.
+        row[f"{name}_updates"], row[f"{name}_hot_updates"] = updates, hot
     row["tables_total_mib"] = sum(
         row[f"{name}_{part}_mib"] for name in TABLES for part in ("table", "indexes")
     )
@@ -143,8 +145,10 @@ def sample(cursor, client, processes: dict[str, subprocess.Popen], since: float)
     return row
 
 
-def prune(env: dict[str, str], retention_minutes: float) -> None:
+def prune(env: dict[str, str], retention_minutes: float) -> float:
+    """Runs ``prune_jobs`` once; returns its seconds, to show whether pruning keeps up."""
     days = retention_minutes / (24 * 60)
+    started = time.monotonic()
     subprocess.run(
         [python(), str(ROOT / "manage.py"), "prune_jobs", f"--min-age-days={days}"],
         env=env,
@@ -152,6 +156,7 @@ def prune(env: dict[str, str], retention_minutes: float) -> None:
         stdout=subprocess.DEVNULL,
         check=True,
     )
+    return time.monotonic() - started
 
 
 def windows(samples: list[dict], duration: float) -> tuple[list[dict], list[dict], list[dict]]:
@@ -227,6 +232,8 @@ PLOTS = {
     "dead_tuples": [f"{name}_dead" for name in TABLES],
     "autovacuum_runs": [f"{name}_autovacuums" for name in TABLES],
     "redis_mib": ["redis_used_mib"],
+    "prune_seconds": ["prune_seconds"],
+    "updates": [f"{name}_{kind}" for name in TABLES for kind in ("updates", "hot_updates")],
 }
 
 
@@ -297,17 +304,20 @@ def main() -> int:
     try:
         load.start()
         started = last = time.time()
-        last_prune = time.monotonic()
+        last_prune, prune_seconds = time.monotonic(), None
         client = broker.get_client()
         with connection.cursor() as cursor:
             while time.time() - started < duration:
                 time.sleep(max(0.0, last + SAMPLE_SECONDS - time.time()))
                 if time.monotonic() - last_prune >= 60:
-                    prune(env, args.retention_minutes)
+                    prune_seconds = prune(env, args.retention_minutes)
                     last_prune = time.monotonic()
                 row = sample(cursor, client, processes, last)
+                row["prune_seconds"], prune_seconds = prune_seconds, None
                 last = row["t"]
                 samples.append(row)
+                # Written as it goes, so a run cut short still leaves its samples.
+                (out / "samples.json").write_text(json.dumps({"args": vars(args), "samples": samples}))
                 print(
                     f"  {(last - started) / 60:5.1f} min  {row['throughput']:6.1f} jobs/s"
                     f"  p99 {row['latency_p99_ms'] or 0:7.1f} ms  tables {row['tables_total_mib']:7.1f} MiB"
