@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -31,6 +32,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+from autovacuum import autovacuum_on
 from common import BENCH_DIR, ROOT, python, spawn, stop_all
 
 SAMPLE_SECONDS = 30.0
@@ -40,10 +42,10 @@ MIX = {"noop": 0.75, "flaky": 0.06, "failing": 0.03, "slow": 0.05, "scheduled": 
 RSS_GOAL, TABLE_GOAL, P99_GOAL, TREND_GOAL = 1.10, 1.25, 1.25, 0.05
 
 
-def environment(retention_minutes: float) -> dict[str, str]:
+def environment(retention_minutes: float, redis_db: int) -> dict[str, str]:
     from ours import environment as ours_environment
 
-    own = {"BENCH_OURS_DATABASE": "bench_soak", "BENCH_OURS_REDIS_DB": "13"}
+    own = {"BENCH_OURS_DATABASE": "bench_soak", "BENCH_OURS_REDIS_DB": str(redis_db)}
     os.environ.update(own)
     return {
         **ours_environment(),
@@ -270,6 +272,9 @@ def main() -> int:
         help="finished jobs pruned past this age (default: a fifth of the run, at most 5)",
     )
     parser.add_argument("--out", default=str(ROOT / "artifacts" / "soak"), help="report folder")
+    parser.add_argument(
+        "--redis-db", type=int, default=13, help="Redis database it empties and uses (default 13)"
+    )
     args = parser.parse_args()
     if args.minutes < 2:
         parser.error("--minutes: at least 2 (a warm-up and two windows of 30 s samples)")
@@ -282,11 +287,21 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("BENCH_LOG_DIR", str(out))
     os.environ.setdefault("BENCH_JOURNAL", str(out / "journal"))
-    env = environment(args.retention_minutes)
-    from ours import reset_stores, setup_django
+    env = environment(args.retention_minutes, args.redis_db)
+    from ours import setup_django
 
     setup_django({**env, "LOG_LEVEL": "WARNING"})  # this process's lines: the samples only
+    # A stop (Ctrl-C or SIGTERM) still stops the processes and puts autovacuum back.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    with autovacuum_on() as autovacuum:
+        print(f"soak: autovacuum {autovacuum}", flush=True)
+        return soak(args, out, env)
+
+
+def soak(args: argparse.Namespace, out: Path, env: dict[str, str]) -> int:
+    """The run itself: processes up, the load on, a sample every 30 s, then the Goals."""
     from django.db import connection
+    from ours import reset_stores
 
     from queue_app import broker
 
