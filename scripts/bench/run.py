@@ -36,6 +36,7 @@ from pathlib import Path
 import backlog
 import costs
 import history
+from autovacuum import autovacuum_on
 from common import BENCH_DIR, ROOT, Workload, python, redis_url
 from report import WORKFLOW_FIGURES, goals, render
 
@@ -199,12 +200,17 @@ def run(args, workload, rounds, reconcile_jobs, http_requests, systems, baseline
     if args.costs:
         return costs.run(args.costs, run_child, out.parent, env)
     if args.backlog:
-        return backlog.run(args.backlog, run_child, out.parent, env)
+        # Long runs whose tables churn: measured as a production server runs, autovacuum on.
+        with autovacuum_on() as autovacuum:
+            print(f"autovacuum {autovacuum}", file=sys.stderr, flush=True)
+            return backlog.run(args.backlog, run_child, out.parent, env)
     if args.history:
         sizes = [int(size.replace("_", "")) for size in args.history.split(",") if size.strip()]
         # Its figures leave workflows out; its resets delete jobs by SQL, which a workflow's rows refer to.
         workload = replace(workload, workflow_repeats=0)
-        return history.run(sizes, rounds, args.repeat, workload, run_child, out.parent / "history", env)
+        with autovacuum_on() as autovacuum:
+            print(f"autovacuum {autovacuum}", file=sys.stderr, flush=True)
+            return history.run(sizes, rounds, args.repeat, workload, run_child, out.parent / "history", env)
     results: dict = {"machine": server_facts(env), "workload": asdict(workload), "rounds": rounds, "runs": []}
     started = time.monotonic()
     spec = json.dumps(asdict(workload))
