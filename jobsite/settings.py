@@ -191,12 +191,12 @@ if DATABASE_PGBOUNCER:
 
 # A streaming replica (hot standby) of DATABASE_URL's server: the admin's history lists, the
 # dashboard, the API's job list and /api/stats/ read it; whatever decides a job's state reads the
-# primary (queue_app/replica.py). Kept connections, checked before reuse, not a pool: a pool
-# waits its whole timeout for a replica that is down, where a refused connection says so at once
-# and the page reads the primary.
+# primary (queue_app/replica.py). Kept connections (each page checks its own before it reads),
+# not a pool: a pool waits its whole timeout for a replica that is down, where a refused
+# connection says so at once and the page reads the primary.
 DATABASE_REPLICA_URL = os.environ.get("DATABASE_REPLICA_URL", "")
 if DATABASE_REPLICA_URL:
-    replica = dj_database_url.parse(DATABASE_REPLICA_URL, conn_max_age=60, conn_health_checks=True)
+    replica = dj_database_url.parse(DATABASE_REPLICA_URL, conn_max_age=60)
     if not replica["HOST"] and "host" in replica.get("OPTIONS", {}):
         replica["HOST"] = replica["OPTIONS"].pop("host")
     # A replica that does not answer costs a page at most this long before it reads the primary.

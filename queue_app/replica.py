@@ -9,8 +9,14 @@ models there; a read inside a transaction on the primary still reads the
 primary (it is part of a decision), and every write goes to the primary.
 The users and permissions a view checks are never read from the replica.
 
-A replica that does not answer does not take those pages down: they read the
-primary, and a warning is logged.
+A replica that does not answer does not take those pages down: each page asks it
+first (one ``SELECT 1`` on a kept connection, or a new connection), and reads the
+primary if it does not answer, with a warning logged. A replica lost in the middle
+of a page's queries fails that page; the next one reads the primary.
+
+Never call the engine inside ``reading_replica``: its reads outside a transaction
+(the row ``cancel_job`` returns, say) would come from the replica. Only views that
+show, and act on nothing, are wrapped.
 """
 
 from __future__ import annotations
@@ -68,9 +74,12 @@ def usable_replica() -> str:
     """The replica's alias if it answers, else the primary's (and a warning saying why)."""
     if not replica_configured():
         return DEFAULT_DB_ALIAS
+    replica = connections[REPLICA_ALIAS]
     try:
-        # A cursor checks a kept connection's health (CONN_HEALTH_CHECKS) and connects if needed.
-        connections[REPLICA_ALIAS].cursor().close()
+        # A kept connection the server dropped (a restart, a failover) looks open until used.
+        if replica.connection is not None and not replica.is_usable():
+            replica.close()
+        replica.ensure_connection()
     except DatabaseError as exc:
         log.warning("replica_unavailable_reading_primary", alias=REPLICA_ALIAS, error=str(exc).strip())
         return DEFAULT_DB_ALIAS
