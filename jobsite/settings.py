@@ -189,6 +189,26 @@ if DATABASE_PGBOUNCER:
     DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
     DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = None
 
+# A streaming replica (hot standby) of DATABASE_URL's server: the admin's history lists, the
+# dashboard, the API's job list and /api/stats/ read it; whatever decides a job's state reads the
+# primary (queue_app/replica.py). Kept connections (each page checks its own before it reads),
+# not a pool: a pool waits its whole timeout for a replica that is down, where a refused
+# connection says so at once and the page reads the primary.
+DATABASE_REPLICA_URL = os.environ.get("DATABASE_REPLICA_URL", "")
+if DATABASE_REPLICA_URL:
+    replica = dj_database_url.parse(DATABASE_REPLICA_URL, conn_max_age=60)
+    if not replica["HOST"] and "host" in replica.get("OPTIONS", {}):
+        replica["HOST"] = replica["OPTIONS"].pop("host")
+    # A replica that does not answer costs a page at most this long before it reads the primary.
+    replica.setdefault("OPTIONS", {}).setdefault("connect_timeout", 2)
+    if DATABASE_PGBOUNCER:
+        replica["DISABLE_SERVER_SIDE_CURSORS"] = True
+        replica["OPTIONS"]["prepare_threshold"] = None
+    # Tests read the test database through it, as they would a replica of it.
+    replica["TEST"] = {"MIRROR": "default"}
+    DATABASES["replica"] = replica
+DATABASE_ROUTERS = ["queue_app.replica.ReplicaRouter"]
+
 # A Redis Cluster for the queue is named redis+cluster://host:port[,host:port...]
 # (queue_app/broker/client.py).
 REDIS_URL = os.environ.get("REDIS_URL") or embedded.redis_url()

@@ -1,5 +1,5 @@
 """Start-up checks: a bad JOBQUEUE value stops every command with its key named, and so
-does a cache in the queue's Redis database."""
+does a cache in the queue's Redis database, or a replica database without its router."""
 
 from django.conf import settings as django_settings
 from django.core import checks
@@ -234,3 +234,29 @@ def check_cache_apart_from_queue(app_configs, **kwargs):
                 )
             )
     return errors
+
+
+@checks.register()
+def check_replica_router(app_configs, **kwargs):
+    """A ``replica`` database is read only through ReplicaRouter: without it the history pages
+    read the primary and the replica is configured for nothing."""
+    from django.db import router
+
+    from queue_app.replica import REPLICA_ALIAS, ReplicaRouter
+
+    if REPLICA_ALIAS not in getattr(django_settings, "DATABASES", {}):
+        return []
+    if any(isinstance(each, ReplicaRouter) for each in router.routers):
+        return []
+    path = f"{ReplicaRouter.__module__}.{ReplicaRouter.__qualname__}"
+    return [
+        checks.Error(
+            f"DATABASES has a {REPLICA_ALIAS!r} database but DATABASE_ROUTERS has no {path}: the admin's"
+            " history lists, the dashboard and the API's job list would read the primary, and another"
+            " router could send the queue's own reads (claims, cancels) to the replica.",
+            hint=f"Add {path!r} to DATABASE_ROUTERS (jobsite/settings.py lists it),"
+            f" or remove DATABASES[{REPLICA_ALIAS!r}].",
+            obj=f"DATABASES[{REPLICA_ALIAS!r}]",
+            id="queue_app.E015",
+        )
+    ]

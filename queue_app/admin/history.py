@@ -3,18 +3,28 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.utils.decorators import method_decorator
 
 from queue_app.admin.changelist import DeclaredLookupsOnly
 from queue_app.admin.pagination import EstimatedCountPaginator
+from queue_app.replica import reads_replica
 
 
 class HistoryAdmin(DeclaredLookupsOnly, admin.ModelAdmin):
-    """A list that never counts the whole table and never writes through a form."""
+    """A list that never counts the whole table and never writes through a form.
+
+    Shown (GET), the list reads the replica when there is one (queue_app/replica.py); its
+    actions (POST) and an object's own page read the primary, which they act on.
+    """
 
     paginator = EstimatedCountPaginator
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     list_per_page = 100
+
+    @method_decorator(reads_replica)
+    def changelist_view(self, request, extra_context=None):
+        return super().changelist_view(request, extra_context)
 
     def has_add_permission(self, request, obj=None) -> bool:
         return False

@@ -17,6 +17,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
+from django.utils.decorators import method_decorator
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
@@ -39,6 +40,7 @@ from queue_app.admin.search import job_search_filter, search_words
 from queue_app.admin.workflows import BatchFilter, WorkflowFilter
 from queue_app.engine.workflows import dependency_ids, dependent_ids
 from queue_app.models import BatchMember, Job, JobLog, WorkflowStep, task_path_expression
+from queue_app.replica import reads_replica
 from queue_app.states import RUNNING
 
 DASHBOARD_REFRESH_SECONDS = 10
@@ -271,8 +273,10 @@ class JobAdmin(JobPageMixin, JobActionsMixin, HistoryAdmin):
         )
         return [dashboard_url, *super().get_urls()]
 
+    @method_decorator(reads_replica)
     def dashboard_view(self, request: HttpRequest) -> HttpResponse:
-        """Staff with view permission on jobs; ``?fragment=1`` returns the part that refreshes."""
+        """Staff with view permission on jobs; ``?fragment=1`` returns the part that refreshes.
+        A read-only snapshot, so it reads the replica when there is one."""
         if not self.has_view_or_change_permission(request):
             raise PermissionDenied
         snap = dashboard.snapshot()

@@ -8,6 +8,7 @@ from django.contrib.auth.models import AnonymousUser
 from django.db import DatabaseError
 from django.db.models import QuerySet
 from django.urls import reverse
+from django.utils.decorators import method_decorator
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema_view
@@ -46,6 +47,7 @@ from queue_app.api.serializers import (
 from queue_app.broker.client import REDIS_ERRORS
 from queue_app.exceptions import JobsRejected, QueueError
 from queue_app.models import Job
+from queue_app.replica import reads_replica
 from queue_app.services import JobRequest
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -134,6 +136,9 @@ class JobViewSet(QueueAPIDefaults, mixins.ListModelMixin, mixins.RetrieveModelMi
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return self._respond_with_job(self.get_object())
 
+    # The list is history, read from the replica when there is one; a job's own URL (above)
+    # reads the primary: its caller acts on what it says (cancel, retry) or polls for a change.
+    @method_decorator(reads_replica)
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
         return self.get_paginated_response([job_body(job, request) for job in page])
@@ -328,6 +333,7 @@ class StatsView(QueueAPIDefaults, APIView):
         ),
         responses={200: StatsSerializer, **AUTH_ERRORS},
     )
+    @method_decorator(reads_replica)  # a read-only snapshot, like the dashboard
     def get(self, request: Request) -> Response:
         return Response(StatsSerializer(stats.collect()).data)
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import connection
+from django.db import connections, router
 
 from queue_app import broker
 from queue_app.conf import queue_settings
@@ -71,7 +71,8 @@ class QueueStats:
 
 
 def _fetch(name: str, params: dict | None = None) -> list[tuple]:
-    with connection.cursor() as cursor:
+    # The database the job table is read from: the replica inside a history page that reads it.
+    with connections[router.db_for_read(Job)].cursor() as cursor:
         cursor.execute(sql.query(name), params or {})
         return cursor.fetchall()
 
