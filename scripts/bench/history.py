@@ -85,6 +85,10 @@ FIGURES = {
 }
 FIGURE_GOAL = 0.85
 PAGE_GOAL_MS = 200.0
+# At the largest size the oldest days of the history are pruned, as the retention would: jobs
+# deleted per second, beside the same size's enqueue rate. Pruning slower than one enqueuer
+# adds jobs would fall behind, and then job_logs would want partitioning by time.
+PRUNE_DAYS = 6
 
 
 def history_count() -> int:
@@ -169,15 +173,35 @@ def page_p95s(repeat: int) -> dict[str, float]:
     return p95s
 
 
+def prune_rate(days: int) -> dict[str, float]:
+    """Prune the ``days`` oldest days of the history with the retention's own code; its rate."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from queue_app.engine.retention import prune_finished_jobs
+    from queue_app.states import TERMINAL
+
+    cutoff = timezone.now() - timedelta(days=91 - days)
+    started = time.perf_counter()
+    counts = prune_finished_jobs(finished_before=dict.fromkeys(TERMINAL, cutoff))
+    seconds = time.perf_counter() - started
+    deleted = sum(counts.values())
+    return {"prune_jobs": deleted, "prune_seconds": seconds, "prune_jobs_per_s": deleted / seconds}
+
+
 def child(step: str, argument: int) -> None:
-    """In a process of its own (Django set up on the benchmark database): ``fill`` N, or
-    time the ``pages`` (after the rounds, so an empty history still has the day's jobs)."""
+    """In a process of its own (Django set up on the benchmark database): ``fill`` N, time
+    the ``pages`` (after the rounds, so an empty history still has the day's jobs), or
+    ``prune`` the oldest days."""
     from ours import setup_django
 
     setup_django({**_environment(), "DEBUG": "1"})  # DEBUG: the admin's static files unbuilt
     if step == "fill":
         fill(argument)
         print(json.dumps({"history": history_count()}))
+    elif step == "prune":
+        print(json.dumps({"prune": prune_rate(argument)}))
     else:
         print(json.dumps({"pages": page_p95s(argument)}))
 
@@ -205,11 +229,16 @@ def run(
             runs.append(run_child("runner.py", "ours", json.dumps(asdict(workload)), env=env))
         print(f"  history {size:,}: pages ...", file=sys.stderr, flush=True)
         timed = run_child("history.py", "pages", str(repeat), env=env)
-        errors = [run["error"] for run in [filled, *runs, timed] if "error" in run]
+        pruned = {}
+        if size == max(sizes, default=0) and size > 0:
+            print(f"  history {size:,}: prune the oldest {PRUNE_DAYS} days ...", file=sys.stderr, flush=True)
+            pruned = run_child("history.py", "prune", str(PRUNE_DAYS), env=env)
+        errors = [run["error"] for run in [filled, *runs, timed, pruned] if "error" in run]
         figures = [run["figures"] for run in runs if "figures" in run]
         results["sizes"][size] = {
             "pages": timed.get("pages", {}),
             "figures": {key: statistics.median(f[key] for f in figures) for key in FIGURES if figures},
+            "prune": pruned.get("prune", {}),
             "errors": errors,
         }
     results["goals"] = history_goals(results["sizes"])
@@ -244,6 +273,16 @@ def history_goals(sizes: dict[int, dict]) -> list[dict]:
                     }
                 )
     largest = max(sizes)
+    prune, enqueue = sizes[largest].get("prune"), sizes[largest]["figures"].get("enqueue")
+    if prune and enqueue:
+        value = prune["prune_jobs_per_s"] / enqueue
+        goals.append(
+            {
+                "goal": f"prune rate at {largest:,} vs one enqueuer's rate >= 1x",
+                "value": value,
+                "met": value >= 1.0,
+            }
+        )
     for label, p95 in sizes[largest]["pages"].items():
         goals.append(
             {
@@ -274,6 +313,13 @@ def render(results: dict) -> str:
             f"{label + ' p95 ms':<42}"
             + "".join(f"{sizes[s]['pages'].get(label, float('nan')):>14,.1f}" for s in columns)
         )
+    for size in columns:
+        prune = sizes[size].get("prune")
+        if prune:
+            lines.append(
+                f"prune at {size:,}: {prune['prune_jobs']:,} jobs with their trails in"
+                f" {prune['prune_seconds']:.1f} s ({prune['prune_jobs_per_s']:,.0f} jobs/s)"
+            )
     lines.append("\nGoals")
     for goal in results["goals"]:
         mark = "met" if goal["met"] else "NOT MET"

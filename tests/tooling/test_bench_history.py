@@ -53,3 +53,19 @@ def test_every_page_the_history_benchmark_times_answers_over_it():
     client.force_login(get_user_model().objects.create_superuser("bench-check", password="x"))
     for label, url in history.pages():
         assert client.get(url).status_code == 200, label
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_prune_it_times_deletes_the_oldest_days_and_their_trails_only():
+    history.fill(9000)
+    rate = history.prune_rate(6)
+    # The history spreads 9,000 jobs evenly over 90 days: the oldest 6 days hold about 600.
+    assert 450 <= rate["prune_jobs"] <= 750, rate
+    assert history.history_count() == 9000 - rate["prune_jobs"]
+    [(oldest_days,)] = _rows("SELECT extract(day FROM now() - min(created_at)) FROM queue_app_jobs")
+    assert oldest_days < 86
+    assert _rows(
+        "SELECT count(*) FROM queue_app_job_logs l"
+        " WHERE NOT EXISTS (SELECT FROM queue_app_jobs j WHERE j.id = l.job_id)"
+    ) == [(0,)]
+    assert rate["prune_jobs_per_s"] > 0
