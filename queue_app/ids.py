@@ -10,6 +10,10 @@ import uuid
 # How PostgreSQL (and this project) prints a UUID; matched before parsing, the fast path.
 _CANONICAL = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
+# The id's last digits, random in a UUIDv7: what the admin's lists show of an id, and what
+# idx_jobs_id_tail indexes so the search box finds a job by them.
+ID_TAIL_DIGITS = 8
+
 
 def new_job_id() -> uuid.UUID:
     """A new job id: a time-ordered UUID, version 7 (RFC 9562).

@@ -8,9 +8,9 @@ engine/sql/schema/); most of it is field and index declarations with their reaso
 from django.conf import settings
 from django.db import models
 from django.db.models.fields.json import KeyTextTransform
-from django.db.models.functions import Now
+from django.db.models.functions import Cast, Now, Right
 
-from queue_app.ids import new_job_id
+from queue_app.ids import ID_TAIL_DIGITS, new_job_id
 from queue_app.states import Priority, Status
 
 
@@ -169,6 +169,10 @@ class Job(models.Model):
                 name="idx_jobs_finished_at",
                 condition=models.Q(completed_at__isnull=False),
             ),
+            # The admin's search by the id's last digits, the part its lists show
+            # (admin/display.short_id): a probe of this index, where matching the ids' text
+            # read every job (13 s over 5,000,000 jobs).
+            models.Index(Right(Cast("id", models.TextField()), ID_TAIL_DIGITS), name="idx_jobs_id_tail"),
         ]
         constraints = [
             models.CheckConstraint(

@@ -11,13 +11,15 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
+from queue_app.ids import ID_TAIL_DIGITS
+
 EXCERPT_LENGTH = 80
 
 
 def short_id(value: uuid.UUID | str) -> str:
     """The id's last 8 digits, random in a UUIDv7, where the first digits are the creation
     time and read the same for every job of the same minute. The search box finds a job by it."""
-    return "…" + str(value)[-8:]
+    return "…" + str(value)[-ID_TAIL_DIGITS:]
 
 
 def status_badge(status: str) -> str:

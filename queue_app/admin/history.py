@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.contrib.admin import helpers
 from django.utils.decorators import method_decorator
+from django.utils.html import format_html
+from django.utils.translation import gettext as _
 
 from queue_app.admin.changelist import DeclaredLookupsOnly
 from queue_app.admin.pagination import EstimatedCountPaginator
@@ -25,6 +28,17 @@ class HistoryAdmin(DeclaredLookupsOnly, admin.ModelAdmin):
     @method_decorator(reads_replica)
     def changelist_view(self, request, extra_context=None):
         return super().changelist_view(request, extra_context)
+
+    def action_checkbox(self, obj):
+        """Django's own checkbox, as the widget renders it, written out: rendering a widget
+        template per row was a third of a long page's rendering time."""
+        label = format_html(_("Select this object for an action - {}"), str(obj))
+        return format_html(
+            '<input type="checkbox" name="{}" value="{}" class="action-select" aria-label="{}">',
+            helpers.ACTION_CHECKBOX_NAME,
+            str(obj.pk),
+            label,
+        )
 
     def has_add_permission(self, request, obj=None) -> bool:
         return False

@@ -1,9 +1,10 @@
 """Search the job history through the job table's indexes, never a text cast of the id.
 
 The admin's search box maps to these filters. Ids are matched on the
-primary key (exactly, or as a range for a hex prefix), idempotency and
-unique keys on their indexes, types through the handler registry (an indexed IN
-list), and only free text reaches the one scan there is: the last error.
+primary key (exactly, or as a range for a hex prefix) or, for the tail the
+lists show, on idx_jobs_id_tail; idempotency and unique keys on their indexes,
+types through the handler registry (an indexed IN list). Only free text, and
+digits from the middle of an id, reach a scan: the last error, the ids' text.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ import re
 import uuid
 
 from django.db.models import F, Lookup, Q, TextField, Value
-from django.db.models.functions import Cast, Replace
+from django.db.models.functions import Cast, Replace, Right
+from django.db.models.lookups import Exact
 
 from queue_app.handlers import registered_types
-from queue_app.ids import parse_job_id
+from queue_app.ids import ID_TAIL_DIGITS, parse_job_id
 from queue_app.models import Job
 
 # 8 to 31 hex digits: part of an id (the list shows its last 8).
@@ -44,13 +46,19 @@ def _id_prefix_range(digits: str) -> tuple[uuid.UUID, uuid.UUID]:
 
 
 def id_fragment_filter(digits: str) -> Q:
-    """Ids starting with ``digits`` (a primary-key range) when there are any, else ids that
-    hold them anywhere, such as the tail the list shows: one scan of the ids' text, run
-    only when the indexed range has found nothing."""
+    """Ids starting with ``digits`` (a primary-key range) when there are any; else ids ending
+    with them, such as the tail the list shows (a probe of idx_jobs_id_tail by their last
+    digits); else ids that hold them anywhere: one scan of the ids' text, run only when
+    neither index has found a job."""
     prefix = Q(id__range=_id_prefix_range(digits))
     if Job.objects.filter(prefix).exists():
         return prefix
     hex_text = Replace(Cast("id", TextField()), Value("-"), Value(""))
+    # The indexed expression, as idx_jobs_id_tail has it (models.Job.Meta.indexes).
+    tail = Right(Cast("id", TextField()), ID_TAIL_DIGITS)
+    suffix = Q(Exact(tail, Value(digits[-ID_TAIL_DIGITS:]))) & Q(ILike(hex_text, f"%{digits}"))
+    if Job.objects.filter(suffix).exists():
+        return suffix
     return Q(ILike(hex_text, f"%{digits}%"))
 
 
