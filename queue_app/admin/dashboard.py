@@ -19,13 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Max, Min
+from django.db.models import Count
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
 from queue_app.admin import charts
 from queue_app.conf import queue_settings
-from queue_app.engine.stats import queue_stats
+from queue_app.engine.stats import first_log_id_since, queue_stats
 from queue_app.models import Job, JobLog
 from queue_app.states import TRANSITIONS, Status
 
@@ -118,31 +118,6 @@ class Snapshot:
     @property
     def failed_last_hour(self) -> int:
         return sum(minute.failed for minute in self.throughput)
-
-
-def first_log_id_since(moment: datetime) -> int | None:
-    """The first log row written at or after ``moment``, by bisecting the primary key.
-
-    Ids and timestamps grow together (up to the overlap of concurrent
-    transactions, a few milliseconds), so about 20 primary-key probes
-    replace a scan of the whole trail. None when nothing was logged since.
-    """
-    bounds = JobLog.objects.aggregate(low=Min("id"), high=Max("id"))
-    low, high = bounds["low"], bounds["high"]
-
-    def logged_since(log_id: int) -> bool:
-        first = JobLog.objects.filter(id__gte=log_id).order_by("id").values_list("created_at", flat=True)[:1]
-        return bool(first) and first[0] >= moment
-
-    if high is None or not logged_since(high):
-        return None
-    while low < high:
-        middle = (low + high) // 2
-        if logged_since(middle):
-            high = middle
-        else:
-            low = middle + 1
-    return low
 
 
 def _throughput(now: datetime) -> list[Minute]:

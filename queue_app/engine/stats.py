@@ -77,6 +77,13 @@ def _fetch(name: str, params: dict | None = None) -> list[tuple]:
         return cursor.fetchall()
 
 
+def first_log_id_since(moment: datetime) -> int | None:
+    """The first log row written at or after ``moment`` (None: nothing since), by bisecting
+    the primary key in one statement: a range of the trail without an index on its time."""
+    rows = _fetch("first_log_id_since", {"moment": moment})
+    return rows[0][0] if rows else None
+
+
 def _job_counts(now: datetime) -> tuple[dict[str, int], dict[str, dict[str, int]], dict[str, int], set[str]]:
     """(status -> jobs, queue -> status -> jobs, queue -> scheduled, estimated statuses)."""
     limit = EXACT_COUNT_LIMIT

@@ -50,3 +50,26 @@ SELECT min(enqueued_at) FROM queue_app_jobs WHERE status = 'queued' AND enqueued
 SELECT min(enqueued_at)
   FROM queue_app_jobs
  WHERE id = ANY(%(ids)s::uuid[]) AND status = 'queued' AND enqueued_at <= statement_timestamp()
+
+-- name: first_log_id_since
+-- The first log row written at or after %(moment)s, found by bisecting the primary key (ids
+-- and timestamps grow together): about 24 primary-key probes for 15,000,000 rows, in one
+-- statement rather than a round trip each. Each step asks whether the first row at or past
+-- the middle id was written since; no row when nothing was.
+WITH RECURSIVE bisect (low, high) AS (
+    SELECT min(id), max(id) FROM queue_app_job_logs
+    UNION ALL
+    SELECT CASE WHEN step.since THEN bisect.low ELSE step.middle + 1 END,
+           CASE WHEN step.since THEN step.middle ELSE bisect.high END
+      FROM bisect
+     CROSS JOIN LATERAL (
+        SELECT middle,
+               coalesce((SELECT l.created_at >= %(moment)s FROM queue_app_job_logs l
+                          WHERE l.id >= middle ORDER BY l.id LIMIT 1), false) AS since
+          FROM (SELECT (bisect.low + bisect.high) / 2 AS middle) AS m
+     ) AS step
+     WHERE bisect.low < bisect.high
+)
+SELECT low FROM bisect
+ WHERE low >= high
+   AND (SELECT l.created_at >= %(moment)s FROM queue_app_job_logs l WHERE l.id >= low ORDER BY l.id LIMIT 1)
