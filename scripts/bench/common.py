@@ -100,15 +100,15 @@ def reset_journal() -> None:
     journal_path().write_text("")
 
 
-def wait_until(condition, *, timeout: float, what: str) -> float:
-    """Poll ``condition`` every 25 ms; the time.time() at which it first held."""
+def wait_until(condition, *, timeout: float, what: str, every: float | None = None) -> float:
+    """Poll ``condition`` every 25 ms (or ``every`` s); the time.time() at which it first held."""
     deadline = time.monotonic() + timeout
     while True:
         if condition():
             return time.time()
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(POLL_SECONDS)
+        time.sleep(POLL_SECONDS if every is None else every)
 
 
 def spawn(command: list[str], env: dict[str, str], log_name: str, cwd: Path = ROOT) -> subprocess.Popen:
