@@ -2,6 +2,7 @@
 
     ./dev soak                   two hours (the figures the goals are judged on)
     ./dev soak --minutes 10      the short form, for checking the soak itself
+    ./dev soak --judge artifacts/soak/samples.json    the Goals of a run's samples again
 
 Runs this project's relay, a worker (``runworker --concurrency=2``) and the reconciler
 (``reconcile_queue --loop``) on the database ``bench_soak`` and Redis database 13 (both
@@ -61,12 +62,16 @@ class Load(threading.Thread):
     def __init__(self, rate: float) -> None:
         super().__init__(daemon=True)
         self.rate, self.stopping, self.sent = rate, threading.Event(), 0
+        # Jobs meant to be cancelled that had already finished: their start came first (a
+        # stall of this process, or of the whole machine, can let it).
+        self.finished_before_cancel = 0
         self._random = random.Random(64)
 
     def run(self) -> None:
         from django.db import connection
         from django.utils import timezone
 
+        from queue_app.exceptions import TransitionNotAllowed
         from queue_app.services import cancel_job, enqueue_job
 
         kinds, weights = list(MIX), list(MIX.values())
@@ -87,7 +92,10 @@ class Load(threading.Thread):
             if kind == "cancelled":
                 to_cancel.append((time.monotonic() + self._random.uniform(1, 10), str(job.id)))
             while to_cancel and to_cancel[0][0] <= time.monotonic():
-                cancel_job(to_cancel.pop(0)[1], reason="soak")
+                try:
+                    cancel_job(to_cancel.pop(0)[1], reason="soak")
+                except TransitionNotAllowed:
+                    self.finished_before_cancel += 1
             self.sent += 1
         connection.close()
 
@@ -275,7 +283,12 @@ def main() -> int:
     parser.add_argument(
         "--redis-db", type=int, default=13, help="Redis database it empties and uses (default 13)"
     )
+    parser.add_argument(
+        "--judge", type=Path, help="judge and plot the samples.json of an earlier run instead of running"
+    )
     args = parser.parse_args()
+    if args.judge:
+        return judge(args.judge)
     if args.minutes < 2:
         parser.error("--minutes: at least 2 (a warm-up and two windows of 30 s samples)")
     if args.retention_minutes is None:
@@ -340,22 +353,39 @@ def soak(args: argparse.Namespace, out: Path, env: dict[str, str]) -> int:
                     flush=True,
                 )
                 dead = [kind for kind, process in processes.items() if process.poll() is not None]
+                if not load.is_alive():
+                    dead.append("the load")
                 if dead:
                     raise SystemExit(f"soak: {', '.join(dead)} exited early (see {out})")
     finally:
         load.stopping.set()
         stop_all(list(processes.values()))
-    kinds = list(processes)
+    print(f"  jobs that finished before their cancel: {load.finished_before_cancel}", flush=True)
+    return report({"args": vars(args), "samples": samples}, duration, out)
+
+
+def report(run: dict, duration: float, out: Path) -> int:
+    """Judge the samples, write them with their Goals and the plots; 0 when every goal is met."""
+    samples = run["samples"]
+    kinds = [key[len("rss_") : -len("_mib")] for key in samples[0] if key.startswith("rss_")]
     goals = soak_goals(samples, duration, kinds)
-    (out / "samples.json").write_text(
-        json.dumps({"args": vars(args), "samples": samples, "goals": goals}, indent=2)
-    )
+    (out / "samples.json").write_text(json.dumps({**run, "goals": goals}, indent=2))
     plot(samples, out, kinds)
     print("\nGoals")
     for goal in goals:
         print(f"  {'met' if goal['met'] else 'NOT MET':<8} {goal['goal']}: {goal['value']:.3f}")
     print(f"\nSamples, plots: {out}")
     return 0 if all(goal["met"] for goal in goals) else 1
+
+
+def judge(path: Path) -> int:
+    """The Goals and plots of a run's samples.json again, over the time its samples span
+    (a run cut short is judged on what it measured)."""
+    run = json.loads(path.read_text())
+    samples = run["samples"]
+    duration = samples[-1]["t"] - samples[0]["t"] + SAMPLE_SECONDS
+    print(f"soak: judging {len(samples)} samples over {duration / 60:.1f} min from {path}")
+    return report(run, duration, path.parent)
 
 
 if __name__ == "__main__":
