@@ -89,12 +89,21 @@ class Events:
 
 
 def wait_until(
-    condition: Callable[[], object], *, timeout: float = 30, interval: float = 0.05, message: str = ""
+    condition: Callable[[], object],
+    *,
+    timeout: float = 30,
+    interval: float = 0.05,
+    message: str = "",
+    ignoring: tuple[type[BaseException], ...] = (),
 ):
-    """Poll ``condition`` until it returns something truthy, or fail after ``timeout``."""
+    """Poll ``condition`` until it returns something truthy, or fail after ``timeout``; an
+    exception of ``ignoring`` (a server still starting, say) counts as not yet."""
     deadline = time.monotonic() + timeout
     while True:
-        value = condition()
+        try:
+            value = condition()
+        except ignoring:
+            value = None
         if value:
             return value
         if time.monotonic() > deadline:

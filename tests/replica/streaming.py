@@ -1,10 +1,9 @@
 """A PostgreSQL primary and hot standbys streaming from it, each in a folder of its own.
 
-The servers come from pgserver's binaries, as tests/hosts/stores.py finds them
-(run as the unprivileged user pgserver uses when the tests run as root). They
-listen on 127.0.0.1 only, on ports nobody else took, with no Unix socket. A
-standby is a physical copy (``pg_basebackup -R``) that replays the primary's
-WAL: what a deployment's streaming replica is.
+The servers come from pgserver's binaries (tests/pgserver_binaries.py; run as the
+unprivileged user pgserver uses when the tests run as root). They listen on 127.0.0.1
+only, on ports nobody else took, with no Unix socket. A standby is a physical copy
+(``pg_basebackup -R``) that replays the primary's WAL: what a deployment's streaming replica is.
 """
 
 from __future__ import annotations
@@ -14,36 +13,16 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
-import warnings
 from pathlib import Path
 
 import psycopg
 
+from tests.helpers import wait_until
+from tests.pgserver_binaries import postgres_binaries
+
 DATABASE = "queue"
 # Fast to start and to write, and nothing to keep: the folder goes when the test ends.
 SERVER_SETTINGS = ("fsync=off", "wal_level=replica", "hot_standby=on", "max_connections=50")
-
-
-class BinariesMissing(RuntimeError):
-    """No PostgreSQL server binaries on this machine."""
-
-
-def postgres_binaries() -> tuple[Path, str | None]:
-    """pgserver's bin folder, and the user its servers must run as (root may not run them)."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR
-            from pgserver._commands import POSTGRES_BIN_PATH
-            from pgserver.utils import ensure_user_exists
-    except ImportError as exc:
-        raise BinariesMissing(f"pgserver is not installed: {exc}") from exc
-    if not (Path(POSTGRES_BIN_PATH) / "pg_basebackup").exists():
-        raise BinariesMissing(f"no pg_basebackup in {POSTGRES_BIN_PATH}")
-    if os.geteuid() != 0:
-        return Path(POSTGRES_BIN_PATH), None
-    ensure_user_exists("pgserver")
-    return Path(POSTGRES_BIN_PATH), "pgserver"
 
 
 def free_port() -> int:
@@ -101,7 +80,12 @@ class Server:
             start_new_session=True,
         )
         log.close()
-        _wait(lambda: connect(self.port, "postgres").close() or True, f"PostgreSQL on port {self.port}")
+        wait_until(
+            lambda: connect(self.port, "postgres").close() or True,
+            timeout=60,
+            message=f"PostgreSQL on port {self.port}",
+            ignoring=(psycopg.Error, OSError),
+        )
 
     def stop(self) -> None:
         """A fast shutdown (SIGINT); SIGKILL after 20 s. Safe to call twice."""
@@ -156,26 +140,15 @@ class StreamingReplication:
         with connect(self.primary.port) as primary:
             written = primary.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
         with connect(standby.port) as replica:
-            _wait(
+            wait_until(
                 lambda: replica.execute(
                     "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", [written]
                 ).fetchone()[0],
-                f"the standby on port {standby.port} to replay up to {written}",
+                timeout=60,
+                message=f"the standby on port {standby.port} to replay up to {written}",
+                ignoring=(psycopg.Error, OSError),
             )
 
     def stop(self) -> None:
         for server in [*self.standbys, self.primary]:
             server.stop()
-
-
-def _wait(condition, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if condition():
-                return
-        except (psycopg.Error, OSError):
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)

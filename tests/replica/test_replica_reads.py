@@ -22,7 +22,8 @@ import pytest
 from django.conf import settings
 
 from tests.helpers import PROJECT_ROOT
-from tests.replica.streaming import BinariesMissing, StreamingReplication
+from tests.pgserver_binaries import BinariesMissing
+from tests.replica.streaming import StreamingReplication
 
 pytestmark = pytest.mark.redis  # the child process enqueues, and pushes the ids to Redis
 
