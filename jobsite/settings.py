@@ -162,11 +162,26 @@ WEB_TIMEOUT = _env_int("WEB_TIMEOUT", 30, minimum=1)
 WEB_KEEPALIVE = _env_int("WEB_KEEPALIVE", 5, minimum=0)
 WEB_GRACEFUL_TIMEOUT = _env_int("WEB_GRACEFUL_TIMEOUT", 30, minimum=0)
 
+# Behind PgBouncer in transaction mode: no server-side cursors, no prepared statements,
+# no LISTEN, and the worker name's lock held inside a transaction (queue_app/runtime/worker_name.py).
+DATABASE_PGBOUNCER = _env_bool("DATABASE_PGBOUNCER", False)
+
+
+def _database(url: str, conn_max_age: int) -> dict:
+    """A DATABASES entry from a URL, as every connection of this project needs it."""
+    database = dj_database_url.parse(url, conn_max_age=conn_max_age)
+    options = database.setdefault("OPTIONS", {})
+    # A socket directory given as ?host=... belongs in HOST, where every tool looks.
+    if not database["HOST"] and "host" in options:
+        database["HOST"] = options.pop("host")
+    if DATABASE_PGBOUNCER:
+        database["DISABLE_SERVER_SIDE_CURSORS"] = True
+        options["prepare_threshold"] = None
+    return database
+
+
 DATABASE_URL = os.environ.get("DATABASE_URL") or embedded.postgres_url()
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
-# A socket directory given as ?host=... belongs in HOST, where every tool looks.
-if not DATABASES["default"]["HOST"] and "host" in DATABASES["default"].get("OPTIONS", {}):
-    DATABASES["default"]["HOST"] = DATABASES["default"]["OPTIONS"].pop("host")
+DATABASES = {"default": _database(DATABASE_URL, conn_max_age=0)}
 if _env_bool("DATABASE_POOL", True):
     # Checked here: psycopg_pool would refuse them only at the first query.
     pool_min_size = _env_int("DATABASE_POOL_MIN_SIZE", 1)
@@ -182,13 +197,6 @@ if _env_bool("DATABASE_POOL", True):
         "timeout": _env_float("DATABASE_POOL_TIMEOUT", 10, maximum=3600),
     }
 
-# Behind PgBouncer in transaction mode: no server-side cursors, no prepared statements,
-# no LISTEN, and the worker name's lock held inside a transaction (queue_app/runtime/worker_name.py).
-DATABASE_PGBOUNCER = _env_bool("DATABASE_PGBOUNCER", False)
-if DATABASE_PGBOUNCER:
-    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
-    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = None
-
 # A streaming replica (hot standby) of DATABASE_URL's server: the admin's history lists, the
 # dashboard, the API's job list and /api/stats/ read it; whatever decides a job's state reads the
 # primary (queue_app/replica.py). Kept connections (each page checks its own before it reads),
@@ -196,14 +204,9 @@ if DATABASE_PGBOUNCER:
 # connection says so at once and the page reads the primary.
 DATABASE_REPLICA_URL = os.environ.get("DATABASE_REPLICA_URL", "")
 if DATABASE_REPLICA_URL:
-    replica = dj_database_url.parse(DATABASE_REPLICA_URL, conn_max_age=60)
-    if not replica["HOST"] and "host" in replica.get("OPTIONS", {}):
-        replica["HOST"] = replica["OPTIONS"].pop("host")
+    replica = _database(DATABASE_REPLICA_URL, conn_max_age=60)
     # A replica that does not answer costs a page at most this long before it reads the primary.
-    replica.setdefault("OPTIONS", {}).setdefault("connect_timeout", 2)
-    if DATABASE_PGBOUNCER:
-        replica["DISABLE_SERVER_SIDE_CURSORS"] = True
-        replica["OPTIONS"]["prepare_threshold"] = None
+    replica["OPTIONS"].setdefault("connect_timeout", 2)
     # Tests read the test database through it, as they would a replica of it.
     replica["TEST"] = {"MIRROR": "default"}
     DATABASES["replica"] = replica

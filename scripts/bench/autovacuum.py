@@ -8,16 +8,11 @@ which needs a superuser) and puts the server's own setting back after, saying bo
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from urllib.parse import urlsplit, urlunsplit
 
-
-def _admin_url() -> str:
-    base = os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
-    return urlunsplit(urlsplit(base)._replace(path="/postgres"))
+from common import server_url
 
 
 def _set(conn, value: str | None) -> None:
@@ -32,7 +27,7 @@ def autovacuum_on() -> Iterator[str]:
     """Yields the setting the run had: 'on', or 'on (turned on for this run)'."""
     import psycopg
 
-    with psycopg.connect(_admin_url(), autocommit=True) as conn:
+    with psycopg.connect(server_url("postgres"), autocommit=True) as conn:
         if conn.execute("SHOW autovacuum").fetchone()[0] == "on":
             yield "on"
             return
@@ -46,5 +41,5 @@ def autovacuum_on() -> Iterator[str]:
     try:
         yield "on (turned on for this run)"
     finally:
-        with psycopg.connect(_admin_url(), autocommit=True) as conn:
+        with psycopg.connect(server_url("postgres"), autocommit=True) as conn:
             _set(conn, earlier[0] if earlier else None)

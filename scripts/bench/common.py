@@ -48,14 +48,18 @@ class Workload:
     workflow_repeats: int = 3
 
 
+def server_url(name: str) -> str:
+    """URL of database ``name`` on BENCH_DATABASE_URL's server."""
+    base = os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+    return urlunsplit(urlsplit(base)._replace(path=f"/{name}"))
+
+
 def database_url(name: str) -> str:
     """URL of database ``name`` on BENCH_DATABASE_URL's server (created when missing)."""
-    base = os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
-    url = urlunsplit(urlsplit(base)._replace(path=f"/{name}"))
+    url = server_url(name)
     import psycopg
 
-    admin_url = urlunsplit(urlsplit(base)._replace(path="/postgres"))
-    with psycopg.connect(admin_url, autocommit=True) as conn:
+    with psycopg.connect(server_url("postgres"), autocommit=True) as conn:
         if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone() is None:
             conn.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(name)))
     return url
