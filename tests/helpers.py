@@ -139,6 +139,16 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def python_json(args: Sequence[str], env: dict[str, str], timeout: float = 60) -> dict:
+    """Run ``python *args`` from the project root in a fresh interpreter; the last line it
+    prints is a JSON object, returned. Fails with the child's stderr when it fails."""
+    done = subprocess.run(
+        [sys.executable, *args], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def manage(*args: str, env: dict[str, str] | None = None, **popen) -> subprocess.Popen:
     """Start ``manage.py <args>`` as a real OS process, in its own process group."""
     popen.setdefault("start_new_session", True)

@@ -5,10 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,8 +15,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from queue_app.models import Job, JobLog, OutboxMessage
-
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import PROJECT_ROOT, python_json
 
 
 def make_user(username: str, *, staff: bool = False):
@@ -120,16 +116,7 @@ def run_in_child(script: str, **env: str) -> dict:
         "PYTHONPATH": str(PROJECT_ROOT),
         **env,
     }
-    result = subprocess.run(
-        [sys.executable, "-c", CHILD_PRELUDE + textwrap.dedent(script)],
-        env=child_env,
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return python_json(["-c", CHILD_PRELUDE + textwrap.dedent(script)], child_env)
 
 
 def closed_port() -> int:

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from tests.helpers import PROJECT_ROOT
+from tests.helpers import PROJECT_ROOT, python_json
 from tests.pgserver_binaries import BinariesMissing
 from tests.replica.streaming import StreamingReplication
 
@@ -74,16 +74,7 @@ def replication():
 
 def scenario(name: str, replication: StreamingReplication) -> dict:
     env = child_env(replication.primary.url, replication.standbys[0].url)
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.replica.scenario", name],
-        cwd=PROJECT_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return python_json(["-m", "tests.replica.scenario", name], env)
 
 
 def test_history_pages_read_the_replica_and_a_jobs_own_pages_the_primary(replication):
