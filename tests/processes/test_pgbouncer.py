@@ -211,10 +211,12 @@ def test_jobs_of_every_kind_settle_exactly_once_through_pgbouncer(through_pgboun
     # The cancel reached the running job (at a heartbeat: nothing LISTENs here).
     assert (status[cancelled.id], executions(cancelled)) == (Status.CANCELLED, [1])
     assert "cancel_confirmed" in events(cancelled)
-    # One claim per execution: no attempt was claimed twice.
+    # One claim per execution, but for a claim handed back unstarted (a job claimed in one
+    # batch behind the long job is released to an idle worker): no attempt was claimed twice.
     for job in settled:
         ran = len(executions(job)) if job is not atomic else Effect.objects.filter(job_id=job.id).count()
-        assert events(job).count("claimed") == ran, events(job)
+        trail = events(job)
+        assert trail.count("claimed") == ran + trail.count("handed_back"), trail
     # No LISTEN was left on a pooled server connection, where each NOTIFY (one per enqueue
     # and cancel) would reach no client.
     assert pgbouncer.unlinked_notifications() == 0
