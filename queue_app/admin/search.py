@@ -122,7 +122,8 @@ def job_search_filter(search_term: str) -> Q:
     matches = Q(type__in=[text, *types]) | (
         ~Q(last_error="") & Q(ILike(F("last_error"), words_pattern(words)))
     )
-    return matches | Q(id__range=_id_prefix_range(digits)) if digits is not None else matches
+    # ...and as likely part of an id: they match ids too, as other digits do.
+    return matches | id_fragment_filter(digits) if digits is not None else matches
 
 
 def log_search_filter(search_term: str) -> Q:

@@ -131,6 +131,14 @@ def test_search_by_the_short_id_shown_or_any_eight_digits_of_an_id(admin_client,
     assert listed_ids(admin_client.get(changelist(f"q={quote(term)}"))) == {str(wanted.id)}
 
 
+def test_search_by_digits_of_an_id_that_are_all_decimal_digits(admin_client):
+    """Such a term could be a number in an error too; an id holding it is still found."""
+    wanted = Job.objects.create(id="01a24cb6-2340-7155-9964-502345678901", type="demo.echo", max_attempts=1)
+    make_job()  # not listed
+    for term in ("4071559964", "45678901"):  # from its middle; the tail the list shows
+        assert listed_ids(admin_client.get(changelist(f"q={term}"))) == {str(wanted.id)}
+
+
 @pytest.mark.parametrize("typed", ["{tail}", "…{tail}", "{tail12}"])
 def test_search_by_the_tail_shown_probes_the_tail_index_not_every_ids_text(admin_client, typed):
     """The shown tail was a match of every id's text: 13.7 s over 5,000,000 jobs."""

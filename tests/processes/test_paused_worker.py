@@ -17,7 +17,7 @@ from tests.probe.models import Execution
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.redis]
 
 
-def test_resumed_worker_does_not_start_batch_jobs_whose_lease_it_lost(relay_path):
+def test_resumed_worker_does_not_start_batch_jobs_whose_lease_it_lost(relay_path, queue_config):
     # Claim far ahead and never release, so the batch stays held behind the first job.
     worker = manage(
         "runworker",
@@ -45,6 +45,9 @@ def test_resumed_worker_does_not_start_batch_jobs_whose_lease_it_lost(relay_path
             message="the leases to run out",
         )
         # The reconciler's rescue, then the waiting jobs end elsewhere before the worker wakes.
+        # Its retry of the running job is not due before the test ends, so a second claim of
+        # it could only come from the resumed worker's stale batch.
+        queue_config(RETRY_BACKOFF_BASE_SECONDS=3600, RETRY_BACKOFF_MAX_SECONDS=3600)
         assert len(execution.rescue_expired_leases()) == 3
         for job in waiting:
             services.cancel_job(job.id)
