@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
+from bench.common import uuid7_sql
 from benchdb import ensure_database
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,7 +36,7 @@ INSERT INTO queue_app_jobs (id, type, queue, payload, priority, priority_value, 
                             max_attempts, next_retry_at, enqueued_at, created_at, started_at, completed_at,
                   last_error, last_error_class, last_error_traceback, result, idempotency_key,
                   idempotency_fingerprint, owner_id, worker_id, lease_expires_at, backend)
-SELECT gen_random_uuid(),
+SELECT {id},
        (%(types)s::text[])[1 + (g %% array_length(%(types)s::text[], 1))],
        (%(queues)s::text[])[1 + ((g / 7) %% array_length(%(queues)s::text[], 1))],
        jsonb_build_object('n', g),
@@ -71,7 +72,7 @@ SELECT gen_random_uuid(),
                     ELSE 'processing' END AS status
           FROM (SELECT g, random() AS r FROM generate_series(1, %(n)s) AS g) AS numbered
        ) AS seeded
-"""
+""".replace("{id}", uuid7_sql("created"))  # ids as the queue makes them, in time order
 
 # Every job gets its 'enqueued' row, finished ones a closing row too.
 SEED_LOGS_SQL = """

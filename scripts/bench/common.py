@@ -70,6 +70,16 @@ def redis_url(db: int) -> str:
     return urlunsplit(urlsplit(base)._replace(path=f"/{db}"))
 
 
+def uuid7_sql(timestamp: str) -> str:
+    """SQL for a version 7 id stamped with the SQL timestamp ``timestamp``, as the queue makes
+    them (queue_app/ids.py): seeded rows are time-ordered in every index, as real ones are,
+    not scattered as random ids would be. The random v4 bytes keep their variant; the first
+    48 bits become the Unix milliseconds and the version nibble goes from 4 to 7."""
+    millis = f"substring(int8send(floor(extract(epoch FROM {timestamp}) * 1000)::bigint) FROM 3)"
+    stamped = f"overlay(uuid_send(gen_random_uuid()) PLACING {millis} FROM 1 FOR 6)"
+    return f"encode(set_bit(set_bit({stamped}, 52, 1), 53, 1), 'hex')::uuid"
+
+
 def journal_path() -> Path:
     return Path(os.environ["BENCH_JOURNAL"])
 

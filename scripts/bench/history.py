@@ -6,7 +6,7 @@ pages, measured again over N finished jobs.
 For each N (0 is always measured first), the benchmark database ``bench_ours`` is
 filled up to N finished jobs with their log trails, generated inside PostgreSQL
 (statuses as a healthy system leaves them, spread over the 90 days before
-yesterday), then vacuumed and analysed as autovacuum would. The standard workload
+yesterday), then vacuumed and analysed as autovacuum would, and checkpointed. The standard workload
 (scripts/bench/common.py: enqueue, drain with 1 and 2 processes, enqueue-to-start)
 runs ``--rounds`` times over that history, in fresh processes as ``./dev bench``
 runs it; its jobs are the day's, so they are deleted between rounds and the history
@@ -27,13 +27,14 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from common import BENCH_DIR, ROOT, Workload
+from common import BENCH_DIR, ROOT, Workload, uuid7_sql
 
-# Statuses of finished jobs, cumulative shares: most succeed, some fail or are cancelled.
-FILL_SQL = """
+# Statuses of finished jobs, cumulative shares: most succeed, some fail or are cancelled. The
+# rows of a fill are in time order across its batches, with ids made as the queue makes them.
+FILL_SQL = f"""
 WITH numbered AS (
     SELECT g, random() AS r,
-           now() - interval '91 days' + ((g - %(start)s)::float8 / %(batch)s) * interval '90 days' AS created
+           now() - interval '91 days' + (g::float8 / %(target)s) * interval '90 days' AS created
       FROM generate_series(%(start)s + 1, %(start)s + %(batch)s) AS g
 ), seeded AS (
     SELECT g, created,
@@ -45,7 +46,7 @@ WITH numbered AS (
                       max_attempts, enqueued_at, created_at, started_at, completed_at, last_error,
                       last_error_class, last_error_traceback, result, idempotency_key,
                       idempotency_fingerprint, worker_id, backend)
-    SELECT gen_random_uuid(), (%(types)s::text[])[1 + g %% cardinality(%(types)s::text[])],
+    SELECT {uuid7_sql("created")}, (%(types)s::text[])[1 + g %% cardinality(%(types)s::text[])],
            (%(queues)s::text[])[1 + (g / 7) %% cardinality(%(queues)s::text[])],
            jsonb_build_object('n', g), 'medium', 0, status,
            CASE status WHEN 'failed' THEN 3 WHEN 'completed' THEN 1 ELSE 0 END, 3,
@@ -63,7 +64,7 @@ WITH numbered AS (
     RETURNING id, status, attempts, created_at, completed_at
 )
 INSERT INTO queue_app_job_logs (job_id, created_at, level, event, message, extra)
-SELECT id, created_at, 'info', 'enqueued', '', '{}'::jsonb FROM inserted
+SELECT id, created_at, 'info', 'enqueued', '', '{{}}'::jsonb FROM inserted
 UNION ALL
 SELECT id, created_at + interval '40 ms', 'info', 'claimed', '', jsonb_build_object('attempt', 1)
   FROM inserted WHERE attempts > 0
@@ -116,11 +117,16 @@ def fill(target: int) -> None:
     with connection.cursor() as cursor:
         while have < target:
             batch = min(FILL_BATCH, target - have)
-            cursor.execute(FILL_SQL, {"start": have, "batch": batch, "types": types, "queues": queues})
+            cursor.execute(
+                FILL_SQL,
+                {"start": have, "batch": batch, "target": target, "types": types, "queues": queues},
+            )
             have += batch
             print(f"    history {have:,} / {target:,}", file=sys.stderr, flush=True)
         for table in ("queue_app_jobs", "queue_app_job_logs", "queue_app_job_outbox"):
             cursor.execute(f"VACUUM ANALYZE {table}")  # names from this fixed tuple only
+        # The fill's pages reach the disk now, not through the checkpoints of the rounds.
+        cursor.execute("CHECKPOINT")
     print(f"    filled in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
 
 

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from common import OURS_TREE, database_url, python, redis_url
+from common import OURS_TREE, database_url, python, redis_url, uuid7_sql
 
 QUEUES = "default,emails,reports:fifo"
 
@@ -29,7 +29,7 @@ INSERT INTO {jobs} (id, type, queue, payload, priority, priority_value, status, 
                             max_attempts, next_retry_at, enqueued_at, created_at, last_error,
                             last_error_class, last_error_traceback,
                   idempotency_fingerprint, worker_id, backend)
-SELECT gen_random_uuid(), 'bench.noop',
+SELECT {id}, 'bench.noop',
        (ARRAY['default', 'default', 'emails', 'reports'])[1 + (g %% 4)],
        jsonb_build_object('n', g),
        (ARRAY['high', 'medium', 'medium', 'low'])[1 + ((g / 4) %% 4)],
@@ -66,7 +66,8 @@ def seed(n: int) -> float:
     reset_stores()
     with connection.cursor() as cursor:
         jobs, outbox = table("jobs"), table("job_outbox")  # a --baseline may predate the prefix
-        cursor.execute(SEED_SQL.format(jobs=jobs, outbox=outbox), {"n": n})
+        created = "now() - interval '2 hours' + g * interval '1 ms'"
+        cursor.execute(SEED_SQL.format(jobs=jobs, outbox=outbox, id=uuid7_sql(created)), {"n": n})
         cursor.execute(f"VACUUM ANALYZE {jobs}")
         cursor.execute(f"VACUUM ANALYZE {outbox}")
     return time.perf_counter() - started

@@ -5,6 +5,7 @@ its enqueue and closes with its status), and every read page it times answers ov
 from __future__ import annotations
 
 import sys
+import uuid
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -44,6 +45,20 @@ def test_the_history_is_finished_jobs_with_their_trails_over_ninety_days():
     assert len(trails) == 4500
     for status, events in trails:
         assert events[0] == "enqueued" and events[-1] == status, (status, events)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_history_ids_are_made_as_the_queue_makes_them_in_time_order():
+    """Version 7, their first 48 bits the row's creation in Unix ms: random ids would scatter
+    the history over every index the queue's own inserts append to."""
+    history.fill(2000)
+    rows = _rows("SELECT id, floor(extract(epoch FROM created_at) * 1000)::bigint FROM queue_app_jobs")
+    assert len(rows) == 2000
+    for job_id, millis in rows:
+        assert job_id.version == 7 and job_id.variant == uuid.RFC_4122, job_id
+        assert job_id.int >> 80 == millis, (job_id, millis)
+    by_time = [job_id for job_id, _ in sorted(rows, key=lambda row: (row[1], row[0]))]
+    assert by_time == sorted(job_id for job_id, _ in rows)
 
 
 @pytest.mark.django_db(transaction=True)
