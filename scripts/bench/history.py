@@ -3,18 +3,20 @@ pages, measured again over N finished jobs.
 
     ./dev bench --history 1000000,5000000 [--rounds 3] [--repeat 20]
 
-For each N (0 is always measured first), the benchmark database ``bench_ours`` is
-filled up to N finished jobs with their log trails, generated inside PostgreSQL
-(statuses as a healthy system leaves them, spread over the 90 days before
-yesterday), then vacuumed and analysed as autovacuum would, and checkpointed. The standard workload
-(scripts/bench/common.py: enqueue, drain with 1 and 2 processes, enqueue-to-start)
-runs ``--rounds`` times over that history, in fresh processes as ``./dev bench``
-runs it; its jobs are the day's, so they are deleted between rounds and the history
-stays. Then each read page is requested ``--repeat`` times (admin job list filters,
-an id-fragment search, a job page, the API's first and a deep page, stats, the
-dashboard, /metrics) and its p95 reported. Figures at N are ratios to the figures
-at 0 of the same run; a Goals block judges them, and one PNG per figure plots it
-against N (artifacts/bench/history/).
+For each N, the benchmark database ``bench_history`` is filled up to N finished jobs
+with their log trails, generated inside PostgreSQL (statuses as a healthy system
+leaves them, spread over the 90 days before yesterday, ids made as the queue makes
+them), then vacuumed and analysed as autovacuum would, and checkpointed. The standard
+workload (scripts/bench/common.py: enqueue, drain with 1 and 2 processes,
+enqueue-to-start) runs ``--rounds`` times over that history, in fresh processes as
+``./dev bench`` runs it, each round beside one on an empty history
+(``bench_history_empty``): the figures at N are ratios to those empty rounds, so the
+machine's drift over a long run falls on both. The rounds' jobs are the day's: they
+are deleted between rounds and the history stays. Then each read page is requested
+``--repeat`` times (admin job list filters, an id-fragment search, a job page, the
+API's first and a deep page, stats, the dashboard, /metrics) and its p95 reported. A
+Goals block judges the ratios and pages, and one PNG per figure plots it against N
+(artifacts/bench/history/).
 """
 
 from __future__ import annotations
@@ -90,6 +92,8 @@ PAGE_GOAL_MS = 200.0
 # deleted per second, beside the same size's enqueue rate. Pruning slower than one enqueuer
 # adds jobs would fall behind, and then job_logs would want partitioning by time.
 PRUNE_DAYS = 6
+# The empty history the rounds at each size alternate with: a database of its own.
+EMPTY_DATABASE = "bench_history_empty"
 
 
 def history_count() -> int:
@@ -223,30 +227,47 @@ def _environment() -> dict[str, str]:
 def run(
     sizes: list[int], rounds: int, repeat: int, workload: Workload, run_child, out: Path, env: dict
 ) -> int:
-    """Measure every size; print the table and the Goals; write JSON and the plots."""
+    """Measure every size, its rounds alternating with rounds on an empty history; print the
+    table and the Goals; write JSON and the plots."""
     env = {**env, **_environment()}
+    empty_env = {**env, "BENCH_OURS_DATABASE": EMPTY_DATABASE}
     results: dict = {"sizes": {}, "workload": asdict(workload), "rounds": rounds}
-    for size in sorted({0, *sizes}):
+    empty_runs: list[dict] = []
+    emptied = run_child("history.py", "fill", "0", env=empty_env)
+    largest = max(sizes, default=0)
+    for size in sorted(set(sizes) - {0}):
         print(f"  history {size:,}: fill ...", file=sys.stderr, flush=True)
         filled = run_child("history.py", "fill", str(size), env=env)
-        runs = []
+        paired, runs = [], []
         for index in range(rounds):
-            print(f"  history {size:,}: round {index + 1}/{rounds} ...", file=sys.stderr, flush=True)
-            runs.append(run_child("runner.py", "ours", json.dumps(asdict(workload)), env=env))
+            # Each round at N beside one on the empty history: the machine's drift over the
+            # run falls on both, not on the larger sizes measured later.
+            for label, target, kept in (("empty", empty_env, paired), (f"{size:,}", env, runs)):
+                print(f"  history {label}: round {index + 1}/{rounds} ...", file=sys.stderr, flush=True)
+                kept.append(run_child("runner.py", "ours", json.dumps(asdict(workload)), env=target))
+        empty_runs += paired
         print(f"  history {size:,}: pages ...", file=sys.stderr, flush=True)
         timed = run_child("history.py", "pages", str(repeat), env=env)
         pruned = {}
-        if size == max(sizes, default=0) and size > 0:
+        if size == largest:
             print(f"  history {size:,}: prune the oldest {PRUNE_DAYS} days ...", file=sys.stderr, flush=True)
             pruned = run_child("history.py", "prune", str(PRUNE_DAYS), env=env)
-        errors = [run["error"] for run in [filled, *runs, timed, pruned] if "error" in run]
-        figures = [run["figures"] for run in runs if "figures" in run]
         results["sizes"][size] = {
             "pages": timed.get("pages", {}),
-            "figures": {key: statistics.median(f[key] for f in figures) for key in FIGURES if figures},
+            "figures": _medians(runs),
+            "empty_figures": _medians(paired),
             "prune": pruned.get("prune", {}),
-            "errors": errors,
+            "errors": [run["error"] for run in [filled, *paired, *runs, timed, pruned] if "error" in run],
         }
+    print("  history empty: pages ...", file=sys.stderr, flush=True)
+    timed = run_child("history.py", "pages", str(repeat), env=empty_env)
+    results["sizes"][0] = {
+        "pages": timed.get("pages", {}),
+        "figures": _medians(empty_runs),
+        "prune": {},
+        "errors": [run["error"] for run in [emptied, timed] if "error" in run],
+    }
+    results["sizes"] = dict(sorted(results["sizes"].items()))
     results["goals"] = history_goals(results["sizes"])
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2))
@@ -257,17 +278,23 @@ def run(
     return 1 if failed else 0
 
 
+def _medians(runs: list[dict]) -> dict[str, float]:
+    figures = [run["figures"] for run in runs if "figures" in run]
+    return {key: statistics.median(f[key] for f in figures) for key in FIGURES} if figures else {}
+
+
 def ratio(key: str, figure: float, empty: float) -> float:
     """Figure at N relative to the empty table's; above 1 is better either way."""
     return figure / empty if FIGURES[key] > 0 else empty / figure
 
 
 def history_goals(sizes: dict[int, dict]) -> list[dict]:
-    empty = sizes[0]["figures"]
     goals = []
     for size, entry in sizes.items():
         if size == 0:
             continue
+        # Against the empty-history rounds run beside this size's (all of them when absent).
+        empty = entry.get("empty_figures") or sizes[0]["figures"]
         for key, figure in entry["figures"].items():
             if key in empty and figure and empty[key]:
                 value = ratio(key, figure, empty[key])
