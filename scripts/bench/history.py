@@ -3,7 +3,7 @@ pages, measured again over N finished jobs.
 
     ./dev bench --history 1000000,5000000 [--rounds 3] [--repeat 20]
 
-For each N, the benchmark database ``bench_history`` is filled up to N finished jobs
+For each N, the benchmark database ``bench_history`` is filled anew with N finished jobs
 with their log trails, generated inside PostgreSQL (statuses as a healthy system
 leaves them, spread over the 90 days before yesterday, ids made as the queue makes
 them), then vacuumed and analysed as autovacuum would, and checkpointed. The standard
@@ -105,14 +105,16 @@ def history_count() -> int:
 
 
 def fill(target: int) -> None:
-    """Add finished jobs until the history holds ``target`` (it only grows within a run)."""
+    """Make the history hold ``target`` jobs, kept when it already does. A history of another
+    size is generated anew: grown by the difference, the new rows would start where the old
+    ones' 90 days end in time order, or crowd into the recent days, not spread as N jobs are."""
     from django.db import connection
 
     from queue_app.conf import queue_settings
     from queue_app.handlers import registered_types
 
     have = history_count()
-    if have > target:
+    if have != target:
         with connection.cursor() as cursor:
             cursor.execute("TRUNCATE queue_app_jobs CASCADE")  # and every table that refers to it
         have = 0

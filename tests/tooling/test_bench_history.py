@@ -27,8 +27,7 @@ def _rows(query: str) -> list[tuple]:
 
 @pytest.mark.django_db(transaction=True)  # the fill ends with VACUUM, outside any transaction
 def test_the_history_is_finished_jobs_with_their_trails_over_ninety_days():
-    history.fill(3000)
-    history.fill(4500)  # grows by the difference only
+    history.fill(4500)
     assert history.history_count() == 4500
     statuses = dict(_rows("SELECT status, count(*) FROM queue_app_jobs GROUP BY status"))
     assert set(statuses) <= {str(status) for status in TERMINAL}
@@ -51,7 +50,8 @@ def test_the_history_is_finished_jobs_with_their_trails_over_ninety_days():
 def test_the_history_ids_are_made_as_the_queue_makes_them_in_time_order():
     """Version 7, their first 48 bits the row's creation in Unix ms: random ids would scatter
     the history over every index the queue's own inserts append to."""
-    history.fill(2000)
+    history.fill(1000)
+    history.fill(2000)  # a larger size, as the run's next: in time order all the same
     rows = _rows("SELECT id, floor(extract(epoch FROM created_at) * 1000)::bigint FROM queue_app_jobs")
     assert len(rows) == 2000
     for job_id, millis in rows:
@@ -72,7 +72,8 @@ def test_every_page_the_history_benchmark_times_answers_over_it():
 
 @pytest.mark.django_db(transaction=True)
 def test_the_prune_it_times_deletes_the_oldest_days_and_their_trails_only():
-    history.fill(9000)
+    history.fill(3000)
+    history.fill(9000)  # the run's sizes come in turn: the largest spreads over 90 days all the same
     rate = history.prune_rate(6)
     # The history spreads 9,000 jobs evenly over 90 days: the oldest 6 days hold about 600.
     assert 450 <= rate["prune_jobs"] <= 750, rate
