@@ -50,7 +50,7 @@ def test_job_table_has_exactly_the_original_indexes():
         "idx_jobs_queued_expiry",
         "idx_jobs_parked_key",
         "idx_jobs_queued_key",
-        "idx_jobs_id_tail",
+        "idx_jobs_time_id_tail",
     }
     assert indexes["idx_jobs_running_queue"].endswith(
         "USING btree (queue) WHERE ((status)::text = ANY"
@@ -79,8 +79,11 @@ def test_job_table_has_exactly_the_original_indexes():
         "USING btree (expires_at) WHERE ((expires_at IS NOT NULL) AND ((status)::text = 'queued'::text))"
     )
     assert indexes["idx_jobs_queued_id"].endswith("USING btree (id) WHERE ((status)::text = 'queued'::text)")
-    # The admin's search by the id's tail the lists show (admin/search.py).
-    assert indexes["idx_jobs_id_tail"].endswith('USING btree ("right"((id)::text, 8))')
+    # The admin's search by the id's tail the lists show (admin/search.py), led by the id's
+    # time span so new jobs' entries append rather than land on random pages.
+    assert indexes["idx_jobs_time_id_tail"].endswith(
+        'USING btree ("left"((id)::text, 6), "right"((id)::text, 8))'
+    )
     assert indexes["idx_jobs_finished_at"].endswith(
         "USING btree (status, completed_at) WHERE (completed_at IS NOT NULL)"
     )

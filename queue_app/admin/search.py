@@ -2,7 +2,7 @@
 
 The admin's search box maps to these filters. Ids are matched on the
 primary key (exactly, or as a range for a hex prefix) or, for the tail the
-lists show, on idx_jobs_id_tail; idempotency and unique keys on their indexes,
+lists show, on idx_jobs_time_id_tail; idempotency and unique keys on their indexes,
 types through the handler registry (an indexed IN list). Only free text, and
 digits from the middle of an id, reach a scan: the last error, the ids' text.
 """
@@ -12,12 +12,13 @@ from __future__ import annotations
 import re
 import uuid
 
-from django.db.models import F, Lookup, Q, TextField, Value
-from django.db.models.functions import Cast, Replace, Right
-from django.db.models.lookups import Exact
+from django.db.models import F, Lookup, Min, Q, TextField, Value
+from django.db.models.functions import Cast, Left, Replace, Right
+from django.db.models.lookups import Exact, In
+from django.utils import timezone
 
 from queue_app.handlers import registered_types
-from queue_app.ids import ID_TAIL_DIGITS, parse_job_id
+from queue_app.ids import ID_SPAN_DIGITS, ID_TAIL_DIGITS, id_spans, parse_job_id
 from queue_app.models import Job
 
 # 8 to 31 hex digits: part of an id (the list shows its last 8).
@@ -47,19 +48,32 @@ def _id_prefix_range(digits: str) -> tuple[uuid.UUID, uuid.UUID]:
 
 def id_fragment_filter(digits: str) -> Q:
     """Ids starting with ``digits`` (a primary-key range) when there are any; else ids ending
-    with them, such as the tail the list shows (a probe of idx_jobs_id_tail by their last
-    digits); else ids that hold them anywhere: one scan of the ids' text, run only when
-    neither index has found a job."""
+    with them, such as the tail the list shows (probes of idx_jobs_time_id_tail, one per
+    time span of the history, by their last digits); else ids that hold them anywhere: one
+    scan of the ids' text, run only when neither index has found a job."""
     prefix = Q(id__range=_id_prefix_range(digits))
     if Job.objects.filter(prefix).exists():
         return prefix
     hex_text = Replace(Cast("id", TextField()), Value("-"), Value(""))
-    # The indexed expression, as idx_jobs_id_tail has it (models.Job.Meta.indexes).
+    # The indexed expressions, as idx_jobs_time_id_tail has them (models.Job.Meta.indexes).
+    span = Left(Cast("id", TextField()), ID_SPAN_DIGITS)
     tail = Right(Cast("id", TextField()), ID_TAIL_DIGITS)
-    suffix = Q(Exact(tail, Value(digits[-ID_TAIL_DIGITS:]))) & Q(ILike(hex_text, f"%{digits}"))
+    suffix = (
+        Q(In(span, history_spans()))
+        & Q(Exact(tail, Value(digits[-ID_TAIL_DIGITS:])))
+        & Q(ILike(hex_text, f"%{digits}"))
+    )
     if Job.objects.filter(suffix).exists():
         return suffix
     return Q(ILike(hex_text, f"%{digits}%"))
+
+
+def history_spans() -> list[str]:
+    """The time spans the ids of the job table's rows were made in: from its oldest job
+    (an endpoint of idx_jobs_created_at) to now. An id made at another time (given by hand)
+    is found by the scan of the ids' text instead."""
+    oldest = Job.objects.aggregate(oldest=Min("created_at"))["oldest"]
+    return [] if oldest is None else id_spans(oldest, timezone.now())
 
 
 class ILike(Lookup):

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from queue_app import services
 from queue_app.handlers import registered_types
+from queue_app.ids import uuid7
 from queue_app.models import Job
 from tests.admin.conftest import changelist, listed_ids, make_job
 
@@ -151,14 +152,32 @@ def test_search_by_the_tail_shown_probes_the_tail_index_not_every_ids_text(admin
     assert f'RIGHT(("queue_app_jobs"."id")::text, 8) = \'{str(wanted.id)[-8:]}\'' in page_query
     digits = term.lstrip("…")
     assert f"'%{digits}%'" not in page_query  # not the match anywhere in every id's text
-    # Its plan can probe idx_jobs_id_tail: the expression is the index's, character for character.
+    # Its plan probes idx_jobs_time_id_tail: the expressions are the index's, character for character.
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
         cursor.execute(f"EXPLAIN {page_query}")
         plan = "\n".join(row[0] for row in cursor.fetchall())
-    assert "idx_jobs_id_tail" in plan, plan
+    assert "idx_jobs_time_id_tail" in plan, plan
     # An id holding the digits elsewhere than at its end is not a tail match.
     assert str(other.id) not in listed_ids(response)
+
+
+def test_search_by_the_tail_finds_a_job_made_weeks_ago_through_its_time_span(admin_client):
+    """The probe covers each span from the oldest job on, not only the spans of recent ids."""
+    made_at = timezone.now() - timedelta(days=30)
+    old = Job.objects.create(
+        id=uuid7(int(made_at.timestamp() * 1000), 0x123, 0x0ABC_DEF0_ABCD_EF12),
+        type="demo.echo",
+        max_attempts=1,
+    )
+    Job.objects.filter(pk=old.pk).update(created_at=made_at)
+    make_job()  # a recent one, not listed
+    with CaptureQueriesContext(connection) as captured:
+        response = admin_client.get(changelist(f"q={str(old.id)[-8:]}"))
+    assert listed_ids(response) == {str(old.id)}
+    page_query = [sql for sql in job_queries(captured) if "ORDER BY" in sql][-1]
+    assert f"'{str(old.id)[:6]}'" in page_query  # its span is among those probed
+    assert f"'%{str(old.id)[-8:]}%'" not in page_query  # found by the probe, not the text scan
 
 
 def test_search_several_full_ids(admin_client):

@@ -2,10 +2,11 @@
 
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from queue_app.ids import new_job_id, uuid7
+from queue_app.ids import ID_SPAN_DIGITS, id_spans, new_job_id, uuid7
 from queue_app.models import Job
 from queue_app.services import JobRequest, enqueue_job, enqueue_jobs
 
@@ -49,3 +50,20 @@ def test_jobs_enqueued_one_after_another_follow_each_other_in_the_primary_key():
 
 def test_a_job_made_through_the_orm_gets_a_time_ordered_id_too():
     assert Job(type="demo.echo").id.version == 7
+
+
+def test_the_spans_from_one_moment_to_another_hold_every_id_made_between_them():
+    since = datetime(2026, 9, 1, tzinfo=UTC)
+    until = since + timedelta(days=90)
+    spans = id_spans(since, until)
+    # 2**24 ms spans (4.7 hours): 90 days are 464 of them, and one of margin each side.
+    assert 90 * 24 * 3600 * 1000 // (1 << 24) + 2 <= len(spans) <= 90 * 24 * 3600 * 1000 // (1 << 24) + 4
+    assert spans == sorted(spans) and len(set(spans)) == len(spans)
+    for moment in (since, since + timedelta(days=45), until):
+        made = uuid7(int(moment.timestamp() * 1000), 0, 0)
+        assert str(made)[:ID_SPAN_DIGITS] in spans[1:-1]
+    # The margin: an id made a moment before ``since``, or just after ``until``.
+    for moment in (since - timedelta(milliseconds=1), until + timedelta(milliseconds=1)):
+        assert str(uuid7(int(moment.timestamp() * 1000), 0, 0))[:ID_SPAN_DIGITS] in spans
+    long_before = since - timedelta(hours=10)
+    assert str(uuid7(int(long_before.timestamp() * 1000), 0, 0))[:ID_SPAN_DIGITS] not in spans
