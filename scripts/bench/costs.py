@@ -1,9 +1,11 @@
 """What one job costs each part of the system: the figures the capacity model is built on.
 
-    ./dev bench --costs 5000          (or: python costs.py <jobs>, from scripts/bench)
+    ./dev bench --costs 5000          (or: python costs.py <jobs> [database], from scripts/bench)
 
 In database ``bench_costs`` and Redis database 14 (both emptied), three phases over N
-no-op jobs, each measured as the difference of counters taken before and after it:
+no-op jobs, each measured as the difference of counters taken before and after it (the
+history benchmark measures them in its own databases too, where a reset deletes only
+the day's jobs and the history stays):
 
 - enqueue: N ``enqueue_job`` calls from this process (each pushes its job on commit);
 - relay: ``runrelay`` checking the N outbox rows once their grace has passed;
@@ -46,10 +48,10 @@ def stop_gracefully(process) -> dict[str, float]:
     return cpu
 
 
-def environment() -> dict[str, str]:
+def environment(database: str = "bench_costs") -> dict[str, str]:
     from ours import environment as ours_environment
 
-    own = {"BENCH_OURS_DATABASE": "bench_costs", "BENCH_OURS_REDIS_DB": "14"}
+    own = {"BENCH_OURS_DATABASE": database, "BENCH_OURS_REDIS_DB": "14"}
     os.environ.update(own)
     return {**ours_environment(), **own}
 
@@ -115,9 +117,9 @@ def per_job(before: dict[str, float], after: dict[str, float], n: int) -> dict[s
     return {key: (after[key] - before[key]) / n for key in before}
 
 
-def measure(n: int) -> dict:
-    env = environment()
-    from ours import reset_stores, setup_django
+def measure(n: int, database: str = "bench_costs") -> dict:
+    env = environment(database)
+    from ours import TODAY, reset_stores, setup_django
 
     setup_django(env)
     from django.db import connection
@@ -167,7 +169,7 @@ def measure(n: int) -> dict:
             resume_queue("default")
 
             def drained() -> bool:
-                cursor.execute("SELECT count(*) FROM queue_app_jobs WHERE status = 'completed'")
+                cursor.execute(f"SELECT count(*) FROM queue_app_jobs WHERE status = 'completed' AND {TODAY}")
                 return cursor.fetchone()[0] >= n
 
             wait_until(drained, timeout=max(600.0, n / 50), what=f"{n:,} jobs done")
@@ -206,4 +208,4 @@ def run(n: int, run_child, out_dir: Path, env: dict) -> int:
 
 if __name__ == "__main__":
     sys.path[:0] = [str(BENCH_DIR), str(ROOT)]
-    print(json.dumps(measure(int(sys.argv[1]))))
+    print(json.dumps(measure(int(sys.argv[1]), *sys.argv[2:3])))

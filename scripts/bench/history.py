@@ -14,8 +14,9 @@ enqueue-to-start) runs ``--rounds`` times over that history, in fresh processes 
 machine's drift over a long run falls on both. The rounds' jobs are the day's: they
 are deleted between rounds and the history stays. Then each read page is requested
 ``--repeat`` times (admin job list filters, an id-fragment search, a job page, the
-API's first and a deep page, stats, the dashboard, /metrics) and its p95 reported. A
-Goals block judges the ratios and pages, and one PNG per figure plots it against N
+API's first and a deep page, stats, the dashboard, /metrics) and its p95 reported, and
+what one job's enqueue and drain cost PostgreSQL (WAL bytes, CPU) is counted as costs.py
+counts it, over N and over the empty history one after the other. A Goals block judges the ratios and pages, and one PNG per figure plots it against N
 (artifacts/bench/history/).
 """
 
@@ -94,6 +95,17 @@ PAGE_GOAL_MS = 200.0
 PRUNE_DAYS = 6
 # The empty history the rounds at each size alternate with: a database of its own.
 EMPTY_DATABASE = "bench_history_empty"
+HISTORY_DATABASE = "bench_history"
+# What one job costs PostgreSQL at each size, measured as costs.py does (counters, not
+# rates): the figures the machine's noise moves least. (phase, counter, label)
+COST_JOBS = 5000
+COSTS = [
+    ("enqueue", "wal_bytes", "enqueue WAL bytes/job"),
+    ("enqueue", "postgres_cpu_ms", "enqueue PostgreSQL CPU ms/job"),
+    ("drain", "wal_bytes", "drain WAL bytes/job"),
+    ("drain", "postgres_cpu_ms", "drain PostgreSQL CPU ms/job"),
+    ("drain", "process_cpu_ms", "drain worker CPU ms/job"),
+]
 
 
 def history_count() -> int:
@@ -221,7 +233,7 @@ def child(step: str, argument: int) -> None:
 def _environment() -> dict[str, str]:
     from ours import environment
 
-    own = {"BENCH_KEEP_HISTORY": "1", "BENCH_OURS_DATABASE": "bench_history", "BENCH_OURS_REDIS_DB": "11"}
+    own = {"BENCH_KEEP_HISTORY": "1", "BENCH_OURS_DATABASE": HISTORY_DATABASE, "BENCH_OURS_REDIS_DB": "11"}
     os.environ.update(own)
     return {**environment(), **own}
 
@@ -250,6 +262,11 @@ def run(
         empty_runs += paired
         print(f"  history {size:,}: pages ...", file=sys.stderr, flush=True)
         timed = run_child("history.py", "pages", str(repeat), env=env)
+        print(
+            f"  history {size:,}: cost per job, beside the empty history's ...", file=sys.stderr, flush=True
+        )
+        empty_costs = run_child("costs.py", str(COST_JOBS), EMPTY_DATABASE, env=empty_env)
+        costs = run_child("costs.py", str(COST_JOBS), HISTORY_DATABASE, env=env)
         pruned = {}
         if size == largest:
             print(f"  history {size:,}: prune the oldest {PRUNE_DAYS} days ...", file=sys.stderr, flush=True)
@@ -258,14 +275,21 @@ def run(
             "pages": timed.get("pages", {}),
             "figures": _medians(runs),
             "empty_figures": _medians(paired),
+            "costs": costs.get("costs", {}),
+            "empty_costs": empty_costs.get("costs", {}),
             "prune": pruned.get("prune", {}),
-            "errors": [run["error"] for run in [filled, *paired, *runs, timed, pruned] if "error" in run],
+            "errors": [
+                run["error"]
+                for run in [filled, *paired, *runs, timed, empty_costs, costs, pruned]
+                if "error" in run
+            ],
         }
     print("  history empty: pages ...", file=sys.stderr, flush=True)
     timed = run_child("history.py", "pages", str(repeat), env=empty_env)
     results["sizes"][0] = {
         "pages": timed.get("pages", {}),
         "figures": _medians(empty_runs),
+        "costs": _median_costs([entry["empty_costs"] for entry in results["sizes"].values()]),
         "prune": {},
         "errors": [run["error"] for run in [emptied, timed] if "error" in run],
     }
@@ -283,6 +307,15 @@ def run(
 def _medians(runs: list[dict]) -> dict[str, float]:
     figures = [run["figures"] for run in runs if "figures" in run]
     return {key: statistics.median(f[key] for f in figures) for key in FIGURES} if figures else {}
+
+
+def _median_costs(measured: list[dict]) -> dict[str, dict[str, float]]:
+    """Each phase's counters, the median over the empty history's measurements."""
+    measured = [costs for costs in measured if costs]
+    return {
+        phase: {key: statistics.median(costs[phase][key] for costs in measured) for key in measured[0][phase]}
+        for phase in (measured[0] if measured else {})
+    }
 
 
 def ratio(key: str, figure: float, empty: float) -> float:
@@ -347,6 +380,14 @@ def render(results: dict) -> str:
         lines.append(
             f"{label + ' p95 ms':<42}"
             + "".join(f"{sizes[s]['pages'].get(label, float('nan')):>14,.1f}" for s in columns)
+        )
+    for phase, counter, label in COSTS:
+        lines.append(
+            f"{label:<42}"
+            + "".join(
+                f"{sizes[s].get('costs', {}).get(phase, {}).get(counter, float('nan')):>14,.3f}"
+                for s in columns
+            )
         )
     for size in columns:
         prune = sizes[size].get("prune")
