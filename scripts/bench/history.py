@@ -16,8 +16,8 @@ are deleted between rounds and the history stays. Then each read page is request
 ``--repeat`` times (admin job list filters, an id-fragment search, a job page, the
 API's first and a deep page, stats, the dashboard, /metrics) and its p95 reported, and
 what one job's enqueue and drain cost PostgreSQL (WAL bytes, CPU) is counted as costs.py
-counts it, over N and over the empty history one after the other. A Goals block judges the ratios and pages, and one PNG per figure plots it against N
-(artifacts/bench/history/).
+counts it, over N and over the empty history one after the other. A Goals block judges
+the ratios and pages, and one PNG per figure plots it against N (artifacts/bench/history/).
 """
 
 from __future__ import annotations
@@ -275,6 +275,9 @@ def run(
             "pages": timed.get("pages", {}),
             "figures": _medians(runs),
             "empty_figures": _medians(paired),
+            # Each round's figures, in the order run: how far one round moves from the next.
+            "rounds": [run.get("figures", {}) for run in runs],
+            "empty_rounds": [run.get("figures", {}) for run in paired],
             "costs": costs.get("costs", {}),
             "empty_costs": empty_costs.get("costs", {}),
             "prune": pruned.get("prune", {}),
