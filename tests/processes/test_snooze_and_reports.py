@@ -47,7 +47,9 @@ def test_a_cancel_racing_a_snooze_in_a_worker_process_wins(processes):
     worker = manage("runworker", "--burst", stderr=subprocess.DEVNULL)
     processes.append(worker)
     wait_until(lambda: Execution.objects.filter(job_id=job.id).exists(), message="the job to start")
-    assert services.cancel_job(job.id).status == "cancelling"
+    # Asked of a running job; its worker, told at once, may have confirmed already by the time
+    # the call reads the job back. The log below shows it went through the running job's path.
+    assert services.cancel_job(job.id).status in {"cancelling", "cancelled"}
     assert worker.wait(timeout=120) == 0
     job.refresh_from_db()
     assert job.status == "cancelled" and job.snoozes == 0 and job.next_retry_at is None
