@@ -11,7 +11,8 @@ the day's jobs and the history stays):
 - relay: ``runrelay`` checking the N outbox rows once their grace has passed;
 - drain: ``runworker`` (one process) running the N jobs.
 
-Per job, for each phase: PostgreSQL transactions committed in the database and WAL bytes
+Per job, for each phase: PostgreSQL transactions committed in the database, the pages its
+statements read (from shared buffers or not: what a deeper index costs) and WAL bytes
 written (pg_stat_database, pg_current_wal_lsn), Redis commands processed and Redis CPU
 (INFO), the CPU of the PostgreSQL server's processes (/proc), and the CPU of the process
 doing the work (this one for the enqueue, the relay's and the worker's process trees).
@@ -99,14 +100,15 @@ class Counters:
         self.cursor.execute("SELECT pg_stat_force_next_flush()")  # this connection's own
         self.cursor.execute("SELECT pg_stat_clear_snapshot()")
         self.cursor.execute(
-            "SELECT xact_commit, pg_current_wal_lsn() - '0/0'::pg_lsn FROM pg_stat_database"
-            " WHERE datname = current_database()"
+            "SELECT xact_commit, pg_current_wal_lsn() - '0/0'::pg_lsn, blks_hit + blks_read"
+            " FROM pg_stat_database WHERE datname = current_database()"
         )
-        commits, wal = self.cursor.fetchone()
+        commits, wal, pages = self.cursor.fetchone()
         stats, redis_cpu = self.client.info("stats"), self.client.info("cpu")
         return {
             "pg_commits": float(commits),
             "wal_bytes": float(wal),
+            "pg_pages": float(pages),
             "redis_commands": float(stats["total_commands_processed"]),
             "redis_cpu_ms": (redis_cpu["used_cpu_user"] + redis_cpu["used_cpu_sys"]) * 1000,
             **cpu,
@@ -169,11 +171,18 @@ def measure(n: int, database: str = "bench_costs") -> dict:
             resume_queue("default")
 
             def drained() -> bool:
-                cursor.execute(f"SELECT count(*) FROM queue_app_jobs WHERE status = 'completed' AND {TODAY}")
-                return cursor.fetchone()[0] >= n
+                # A look-up in the live statuses' indexes, polled seldom: a count over the
+                # finished jobs would add its own pages and CPU to the phase it measures.
+                cursor.execute(
+                    "SELECT NOT EXISTS (SELECT FROM queue_app_jobs WHERE status IN ('queued', 'processing'))"
+                )
+                return cursor.fetchone()[0]
 
-            wait_until(drained, timeout=max(600.0, n / 50), what=f"{n:,} jobs done")
+            wait_until(drained, timeout=max(600.0, n / 50), what=f"{n:,} jobs done", every=0.2)
             costs["drain"] = per_job(before, counters.read(stop_gracefully(worker)), n)
+            cursor.execute(f"SELECT count(*) FROM queue_app_jobs WHERE status = 'completed' AND {TODAY}")
+            if cursor.fetchone()[0] < n:
+                raise RuntimeError(f"the drain ended with fewer than {n:,} jobs completed")
         finally:
             stop_all([worker])
     return {"jobs": n, "costs": costs}
@@ -182,6 +191,7 @@ def measure(n: int, database: str = "bench_costs") -> dict:
 LABELS = {
     "pg_commits": "PostgreSQL transactions",
     "wal_bytes": "WAL bytes",
+    "pg_pages": "PostgreSQL pages read (cache or disk)",
     "postgres_cpu_ms": "PostgreSQL CPU (ms)",
     "redis_commands": "Redis commands",
     "redis_cpu_ms": "Redis CPU (ms)",

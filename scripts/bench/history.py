@@ -101,8 +101,10 @@ HISTORY_DATABASE = "bench_history"
 COST_JOBS = 5000
 COSTS = [
     ("enqueue", "wal_bytes", "enqueue WAL bytes/job"),
+    ("enqueue", "pg_pages", "enqueue PostgreSQL pages read/job"),
     ("enqueue", "postgres_cpu_ms", "enqueue PostgreSQL CPU ms/job"),
     ("drain", "wal_bytes", "drain WAL bytes/job"),
+    ("drain", "pg_pages", "drain PostgreSQL pages read/job"),
     ("drain", "postgres_cpu_ms", "drain PostgreSQL CPU ms/job"),
     ("drain", "process_cpu_ms", "drain worker CPU ms/job"),
 ]
