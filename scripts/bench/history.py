@@ -15,7 +15,7 @@ machine's drift over a long run falls on both. The rounds' jobs are the day's: t
 are deleted between rounds and the history stays. Then each read page is requested
 ``--repeat`` times (admin job list filters, an id-fragment search, a job page, the
 API's first and a deep page, stats, the dashboard, /metrics) and its p95 reported, and
-what one job's enqueue and drain cost PostgreSQL (WAL bytes, CPU) is counted as costs.py
+what one job's enqueue and drain cost PostgreSQL (WAL bytes, pages read, CPU) is counted as costs.py
 counts it, over N and over the empty history one after the other. A Goals block judges
 the ratios and pages, and one PNG per figure plots it against N (artifacts/bench/history/).
 """
@@ -317,9 +317,11 @@ def _medians(runs: list[dict]) -> dict[str, float]:
 def _median_costs(measured: list[dict]) -> dict[str, dict[str, float]]:
     """Each phase's counters, the median over the empty history's measurements."""
     measured = [costs for costs in measured if costs]
+    if not measured:
+        return {}
     return {
-        phase: {key: statistics.median(costs[phase][key] for costs in measured) for key in measured[0][phase]}
-        for phase in (measured[0] if measured else {})
+        phase: {key: statistics.median(costs[phase][key] for costs in measured) for key in counters}
+        for phase, counters in measured[0].items()
     }
 
 
