@@ -36,7 +36,7 @@ def test_job_table_has_exactly_the_original_indexes():
     indexes = _indexes("queue_app_jobs")
     assert set(indexes) == {
         "queue_app_jobs_pkey",
-        "idx_jobs_status",
+        "idx_jobs_live_status",
         "idx_jobs_type",
         "idx_jobs_created_at",
         "idx_jobs_next_retry_at",
@@ -45,7 +45,10 @@ def test_job_table_has_exactly_the_original_indexes():
         "idx_jobs_owner_created",
         "idx_jobs_unique_key",
         "idx_jobs_queued_id",
-        "idx_jobs_finished_at",
+        "idx_jobs_cancelled_at",
+        "idx_jobs_completed_at",
+        "idx_jobs_expired_at",
+        "idx_jobs_failed_at",
         "idx_jobs_running_key",
         "idx_jobs_queued_expiry",
         "idx_jobs_parked_key",
@@ -84,11 +87,16 @@ def test_job_table_has_exactly_the_original_indexes():
     assert indexes["idx_jobs_time_id_tail"].endswith(
         'USING btree ("left"((id)::text, 6), "right"((id)::text, 8))'
     )
-    assert indexes["idx_jobs_finished_at"].endswith(
-        "USING btree (status, completed_at) WHERE (completed_at IS NOT NULL)"
-    )
+    for status in ("cancelled", "completed", "expired", "failed"):
+        assert indexes[f"idx_jobs_{status}_at"].endswith(
+            f"USING btree (completed_at) WHERE ((status)::text = '{status}'::text)"
+        )
     assert "UNIQUE" in indexes["queue_app_jobs_pkey"]
-    assert indexes["idx_jobs_status"].endswith("USING btree (status)")
+    assert indexes["idx_jobs_live_status"].endswith(
+        "USING btree (status) WHERE ((status)::text = ANY ((ARRAY["
+        "'cancelling'::character varying, 'processing'::character varying, "
+        "'queued'::character varying, 'waiting'::character varying])::text[]))"
+    )
     assert indexes["idx_jobs_type"].endswith("USING btree (type)")
     assert indexes["idx_jobs_created_at"].endswith("USING btree (created_at)")
     assert indexes["idx_jobs_next_retry_at"].endswith(

@@ -29,6 +29,10 @@ EXACT_COUNT_LIMIT = 10_000
 
 # Lookups a btree index answers as a range of its entries.
 INDEX_LOOKUPS = frozenset({"exact", "in", "gt", "gte", "lt", "lte", "range"})
+# (table, column) whose every value has a partial index on that value alone: a job's status
+# (idx_jobs_live_status for a live one, idx_jobs_<status>_at for a finished one). An equality
+# is proved by one index's condition; a list of values may span two, which no plan reads as one.
+EXACT_INDEXED = frozenset({("queue_app_jobs", "status")})
 
 
 def capped_count(queryset: QuerySet, limit: int) -> int:
@@ -55,21 +59,21 @@ def estimated_count(queryset: QuerySet) -> int:
 
 
 def _filtered_fields(where: WhereNode) -> set | None:
-    """The fields ``where`` compares with index lookups; None if any condition is something else."""
+    """(field, lookup) of each condition of ``where``; None if any condition is no index lookup."""
     if where.negated:
         return None
-    fields = set()
+    conditions = set()
     for child in where.children:
         if isinstance(child, WhereNode):
             inner = _filtered_fields(child)
             if inner is None:
                 return None
-            fields |= inner
+            conditions |= inner
         elif isinstance(getattr(child, "lhs", None), Col) and child.lookup_name in INDEX_LOOKUPS:
-            fields.add(child.lhs.target)
+            conditions.add((child.lhs.target, child.lookup_name))
         else:
             return None
-    return fields
+    return conditions
 
 
 def _indexed_fields(model) -> set:
@@ -83,9 +87,18 @@ def _indexed_fields(model) -> set:
 
 
 def index_served(queryset: QuerySet) -> bool:
-    """No filter, or conditions on one field an index leads: a capped count reads no more entries."""
-    fields = _filtered_fields(queryset.query.where)
-    return fields is not None and len(fields) <= 1 and fields <= _indexed_fields(queryset.model)
+    """No filter, or conditions on one field an index leads (or one value of a field every value
+    of which has a partial index): a capped count reads no more entries."""
+    conditions = _filtered_fields(queryset.query.where)
+    if conditions is None:
+        return False
+    fields = {field for field, _ in conditions}
+    if len(fields) > 1:
+        return False
+    if fields <= _indexed_fields(queryset.model):
+        return True
+    table = queryset.model._meta.db_table
+    return all(lookup == "exact" and (table, field.column) in EXACT_INDEXED for field, lookup in conditions)
 
 
 def count_rows(queryset: QuerySet, limit: int = EXACT_COUNT_LIMIT) -> tuple[int, bool]:

@@ -78,8 +78,8 @@ def finished_jobs(
 
 def oldest_batch(candidates: QuerySet[Job], size: int) -> QuerySet:
     """The ids of the ``size`` oldest ``candidates``, locked; rows locked elsewhere (a retry
-    under way) are skipped. Oldest first: a range of idx_jobs_finished_at, however many
-    jobs finished since."""
+    under way) are skipped. Oldest first: a range of the status's idx_jobs_<status>_at,
+    however many jobs finished since."""
     return (
         candidates.order_by("completed_at")
         .select_for_update(skip_locked=True)

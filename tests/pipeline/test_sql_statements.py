@@ -161,7 +161,7 @@ def test_running_jobs_are_completed_and_extended_by_primary_key():
         # "Bitmap Index Scan on queue_app_jobs_pkey" without statistics, "Index Scan using" it with.
         assert "queue_app_jobs_pkey" in plan, (name, plan)
         assert "Seq Scan on queue_app_jobs" not in plan, (name, plan)
-        assert "idx_jobs_running_queue" not in plan and "idx_jobs_status" not in plan, (name, plan)
+        assert "idx_jobs_running_queue" not in plan and "idx_jobs_live_status" not in plan, (name, plan)
 
 
 def _completion_plans(rows: str) -> dict[str, str]:
