@@ -58,14 +58,14 @@ def estimated_count(queryset: QuerySet) -> int:
     return int(plan["Plan"]["Plan Rows"])
 
 
-def _filtered_fields(where: WhereNode) -> set | None:
+def _filter_conditions(where: WhereNode) -> set | None:
     """(field, lookup) of each condition of ``where``; None if any condition is no index lookup."""
     if where.negated:
         return None
     conditions = set()
     for child in where.children:
         if isinstance(child, WhereNode):
-            inner = _filtered_fields(child)
+            inner = _filter_conditions(child)
             if inner is None:
                 return None
             conditions |= inner
@@ -89,7 +89,7 @@ def _indexed_fields(model) -> set:
 def index_served(queryset: QuerySet) -> bool:
     """No filter, or conditions on one field an index leads (or one value of a field every value
     of which has a partial index): a capped count reads no more entries."""
-    conditions = _filtered_fields(queryset.query.where)
+    conditions = _filter_conditions(queryset.query.where)
     if conditions is None:
         return False
     fields = {field for field, _ in conditions}
