@@ -29,6 +29,7 @@ import sys
 import time
 from pathlib import Path
 
+import psycopg
 from common import BENCH_DIR, ROOT, python, spawn, stop_all, wait_until
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -142,10 +143,21 @@ def measure(n: int, database: str = "bench_costs") -> dict:
 
         cursor.execute("SELECT extract(epoch FROM max(dispatch_after) - now()) FROM queue_app_job_outbox")
         time.sleep(max(0.0, float(cursor.fetchone()[0] or 0)))  # the rows' grace: the relay's turn
+        # The relay starts against a locked outbox and its first claim waits there: its start-up
+        # is not the rows' cost, and it relays nothing while the counters before are read.
+        gate = psycopg.connect(env["DATABASE_URL"])
+        gate.execute("LOCK TABLE queue_app_job_outbox IN EXCLUSIVE MODE")
+        log = Path(os.environ["BENCH_LOG_DIR"]) / "costs-relay.log"
+        log.unlink(missing_ok=True)
         relay = spawn([*manage, "runrelay"], env, "costs-relay")
         counters.worker_pids = lambda: [relay.pid]
-        before = counters.read()
         try:
+            wait_until(
+                lambda: log.exists() and "relay_started" in log.read_text(), timeout=120, what="a relay"
+            )
+            time.sleep(1)  # its first claim is sent and waits on the lock
+            before = counters.read()
+            gate.close()
 
             def relayed() -> bool:
                 cursor.execute("SELECT count(*) FROM queue_app_job_outbox WHERE dispatched_at IS NULL")
@@ -154,6 +166,7 @@ def measure(n: int, database: str = "bench_costs") -> dict:
             wait_until(relayed, timeout=600, what="the outbox relayed")
             costs["relay"] = per_job(before, counters.read(stop_gracefully(relay)), n)
         finally:
+            gate.close()
             stop_all([relay])
 
         # Started on a paused queue and idle first: its start-up is not the jobs' cost.
