@@ -7,7 +7,8 @@ PostgreSQL's estimate (``pg_class.reltuples`` for an unfiltered table, the
 planner's row estimate for a filtered one), marked as such.
 
 The capped count decides first when an index serves the filter (no filter,
-or conditions on one indexed field): it reads at most limit + 1 index
+conditions on one indexed field, or equalities whose values one partial index's
+condition holds, as a job's status): it reads at most limit + 1 index
 entries, and statistics gone stale (jobs moved to another status or deleted
 since the last ANALYZE) cannot make a small result look large. Other filters
 (a text search, conditions on several columns) are asked of the planner first:
@@ -29,10 +30,6 @@ EXACT_COUNT_LIMIT = 10_000
 
 # Lookups a btree index answers as a range of its entries.
 INDEX_LOOKUPS = frozenset({"exact", "in", "gt", "gte", "lt", "lte", "range"})
-# (table, column) whose every value has a partial index on that value alone: a job's status
-# (idx_jobs_live_status for a live one, idx_jobs_<status>_at for a finished one). An equality
-# is proved by one index's condition; a list of values may span two, which no plan reads as one.
-EXACT_INDEXED = frozenset({("queue_app_jobs", "status")})
 
 
 def capped_count(queryset: QuerySet, limit: int) -> int:
@@ -58,19 +55,19 @@ def estimated_count(queryset: QuerySet) -> int:
     return int(plan["Plan"]["Plan Rows"])
 
 
-def _filter_conditions(where: WhereNode) -> set | None:
-    """(field, lookup) of each condition of ``where``; None if any condition is no index lookup."""
+def _filter_conditions(where: WhereNode) -> list | None:
+    """Each condition (lookup) of ``where``; None if any condition is no index lookup."""
     if where.negated:
         return None
-    conditions = set()
+    conditions = []
     for child in where.children:
         if isinstance(child, WhereNode):
             inner = _filter_conditions(child)
             if inner is None:
                 return None
-            conditions |= inner
+            conditions += inner
         elif isinstance(getattr(child, "lhs", None), Col) and child.lookup_name in INDEX_LOOKUPS:
-            conditions.add((child.lhs.target, child.lookup_name))
+            conditions.append(child)
         else:
             return None
     return conditions
@@ -86,19 +83,41 @@ def _indexed_fields(model) -> set:
     return fields
 
 
+def _partial_index_values(model) -> dict[str, list[frozenset]]:
+    """For each field a partial index's condition names alone (``status = 'failed'``,
+    ``status IN (...)``): the values of each such condition."""
+    held: dict[str, list[frozenset]] = {}
+    for index in model._meta.indexes:
+        condition = index.condition
+        if condition is None or condition.negated or len(condition.children) != 1:
+            continue
+        lookup, value = condition.children[0]
+        name, _, operator = lookup.partition("__")
+        if operator in ("", "exact"):
+            held.setdefault(name, []).append(frozenset([value]))
+        elif operator == "in":
+            held.setdefault(name, []).append(frozenset(value))
+    return held
+
+
 def index_served(queryset: QuerySet) -> bool:
-    """No filter, or conditions on one field an index leads (or one value of a field every value
-    of which has a partial index): a capped count reads no more entries."""
+    """No filter, conditions on one field an index leads, or equalities whose values one partial
+    index's condition holds (a job's status: idx_jobs_live_status, idx_jobs_<status>_at): a
+    capped count reads no more entries."""
     conditions = _filter_conditions(queryset.query.where)
     if conditions is None:
         return False
-    fields = {field for field, _ in conditions}
+    fields = {condition.lhs.target for condition in conditions}
     if len(fields) > 1:
         return False
     if fields <= _indexed_fields(queryset.model):
         return True
-    table = queryset.model._meta.db_table
-    return all(lookup == "exact" and (table, field.column) in EXACT_INDEXED for field, lookup in conditions)
+    if any(condition.lookup_name != "exact" for condition in conditions):
+        return False
+    # Several values may span two indexes, which no plan reads as one.
+    values = {condition.rhs for condition in conditions}
+    (field,) = fields
+    return any(values <= held for held in _partial_index_values(queryset.model).get(field.name, ()))
 
 
 def count_rows(queryset: QuerySet, limit: int = EXACT_COUNT_LIMIT) -> tuple[int, bool]:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection
+from django.db.models import Q
 
 from queue_app import services
 from queue_app.admin import JobAdmin, pagination
 from queue_app.admin.pagination import EstimatedCountPaginator, count_rows, estimated_count
+from queue_app.engine.counts import index_served
 from queue_app.models import Job
 from tests.admin.conftest import changelist, make_job
 
@@ -17,6 +19,17 @@ pytestmark = [pytest.mark.django_db, pytest.mark.redis]
 def analyze() -> None:
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE queue_app_jobs")
+
+
+def test_a_status_is_index_served_by_the_partial_index_whose_condition_holds_it():
+    """Read from the model's partial indexes: one status, or statuses one index's condition
+    holds, is counted from that index; statuses of two indexes, or one no index holds, are not."""
+    assert index_served(Job.objects.filter(status="failed"))  # idx_jobs_failed_at
+    assert index_served(Job.objects.filter(status="queued"))  # idx_jobs_live_status
+    assert index_served(Job.objects.filter(Q(status="queued") | Q(status="processing")))
+    assert not index_served(Job.objects.filter(Q(status="queued") | Q(status="failed")))
+    assert not index_served(Job.objects.filter(status="no-such-status"))
+    assert not index_served(Job.objects.filter(status="failed", queue="default"))
 
 
 def test_small_results_are_counted_exactly():
