@@ -42,7 +42,7 @@ from queue_app.handlers import HandlerSpec, _current_attempt, _current_job, _sof
 from queue_app.observability.logs import get_logger
 from queue_app.observability.runs import observed_run
 from queue_app.payloads import check_result
-from queue_app.runtime.holdings import Attempt, Holdings
+from queue_app.runtime.holdings import Attempt, Holdings, lease_start_limit
 from queue_app.runtime.outages import OutageGuard
 from queue_app.states import COMPLETION_FENCED
 
@@ -57,7 +57,8 @@ class Fenced(Exception):
 
 
 class HandedBack(Exception):
-    """The worker cancelled a slot coroutine at shutdown: its job goes back unrun."""
+    """The job goes back unrun: the worker cancelled a slot coroutine at shutdown, or
+    could not be sure of the lease when the handler was to start."""
 
 
 class Runner(Protocol):
@@ -171,6 +172,7 @@ class Executor:
         deadline_token = _soft_deadline.set(time.monotonic() + limit)
         try:
             try:
+                check_lease_before_start(attempt)
                 result = runner.call(attempt, spec, self)
             finally:
                 runner.end(attempt)
@@ -286,6 +288,21 @@ class Executor:
         self.before_hand_back()
         execution.hand_back_job(attempt.job.id, attempt.job.fence, worker_id=self.worker_id, reason=reason)
         self.holdings.settled(attempt)
+
+
+def check_lease_before_start(attempt: Attempt) -> None:
+    """The last check before the handler is called, on this process's clock alone.
+
+    The worker confirmed the lease before it took the attempt up, but a process can
+    be frozen anywhere after that (a SIGSTOP, a stall in a store call on the way
+    here) for longer than the lease, and wake with its job rescued and claimed by
+    another worker, before its heartbeat has run to say so. Too old a confirmation
+    hands the job back unrun (fenced: a no-op if it was rescued) rather than race
+    the heartbeat. What is left is a freeze between this line and the handler's.
+    """
+    age = attempt.lease_age()
+    if age >= lease_start_limit():
+        raise HandedBack(f"not started: its lease was last confirmed {age:.1f} s before, too long ago")
 
 
 def write_kept_reports(attempt: Attempt) -> None:

@@ -115,7 +115,9 @@ class Heartbeat(threading.Thread):
         held = self.holdings.leases()
         try:
             if held:
+                asked = time.monotonic()
                 statuses = execution.extend_leases(held, worker_id=worker.worker_id)
+                self.holdings.confirm([key for key in held if key[0] in statuses], asked)
                 self._tell_attempts(held, statuses)
             worker.settle_previous_incarnation()
         except OutageGuard.errors as exc:

@@ -12,9 +12,10 @@ import concurrent.futures
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from queue_app.conf import queue_settings
 from queue_app.engine.execution import ClaimedJob, Completion
 from queue_app.exceptions import AttemptStopped
 
@@ -44,6 +45,9 @@ class Attempt:
     cancelled_for: str = ""
     # Its handler's progress and log lines (queue_app.reports), from its first report.
     reports: AttemptReports | None = None
+    # When its lease was last confirmed (monotonic, read before the statement that set it):
+    # the lease runs at least LEASE_SECONDS from then, whatever this process went through.
+    confirmed_at: float = field(default_factory=time.monotonic)
 
     @property
     def key(self) -> tuple[str, int]:
@@ -56,6 +60,10 @@ class Attempt:
         if self.interrupt is not None and not self.settling:
             self.interrupted_at = time.monotonic()
             self.interrupt()
+
+    def lease_age(self) -> float:
+        """Seconds since its lease was last confirmed."""
+        return time.monotonic() - self.confirmed_at
 
     def stop_error(self) -> AttemptStopped:
         assert self.stop is not None
@@ -78,9 +86,13 @@ class Holdings:
 
     # --- claimed and settled -------------------------------------------------
 
-    def claimed(self, jobs: Iterable[ClaimedJob]) -> list[Attempt]:
-        """Hold the jobs of a new claim; they become the unstarted batch."""
+    def claimed(self, jobs: Iterable[ClaimedJob], *, asked_at: float | None = None) -> list[Attempt]:
+        """Hold the jobs of a new claim (sent at ``asked_at``, monotonic); they become the
+        unstarted batch."""
         attempts = [Attempt(job) for job in jobs]
+        if asked_at is not None:
+            for attempt in attempts:
+                attempt.confirmed_at = asked_at
         with self._lock:
             for attempt in attempts:
                 self._attempts[attempt.key] = attempt
@@ -94,6 +106,14 @@ class Holdings:
     def of_job(self, job_id: str) -> list[Attempt]:
         with self._lock:
             return [attempt for key, attempt in self._attempts.items() if key[0] == job_id]
+
+    def confirm(self, keys: Iterable[tuple[str, int]], asked_at: float) -> None:
+        """PostgreSQL extended these attempts' leases by a statement sent at ``asked_at``."""
+        with self._lock:
+            for key in keys:
+                attempt = self._attempts.get(key)
+                if attempt is not None:
+                    attempt.confirmed_at = max(attempt.confirmed_at, asked_at)
 
     def settled(self, attempt: Attempt) -> None:
         """The attempt's outcome is written (or given up on): no longer held."""
@@ -169,3 +189,18 @@ class Holdings:
             self._completions = [item for item in self._completions if id(item[0]) not in done]
             for attempt, _ in written:
                 self._attempts.pop(attempt.key, None)
+
+
+def lease_sure_seconds() -> float:
+    """How long a confirmed lease is taken as held without asking PostgreSQL again before a
+    start: a heartbeat, or less where a heartbeat is over half the lease."""
+    settings = queue_settings()
+    return min(settings.HEARTBEAT_SECONDS, settings.LEASE_SECONDS - settings.HEARTBEAT_SECONDS)
+
+
+def lease_start_limit() -> float:
+    """The oldest confirmation a handler may still be started on: it leaves a heartbeat's
+    worth of lease. Past it, the process was stalled (a SIGSTOP, a store that hung) after
+    its last check, and the job may have been rescued and run by another worker."""
+    settings = queue_settings()
+    return settings.LEASE_SECONDS - settings.HEARTBEAT_SECONDS

@@ -46,7 +46,7 @@ from queue_app.payloads import check_result
 from queue_app.runtime.cancel_listener import CancelListener
 from queue_app.runtime.executor import Executor
 from queue_app.runtime.heartbeat import Heartbeat
-from queue_app.runtime.holdings import Attempt, Holdings
+from queue_app.runtime.holdings import Attempt, Holdings, lease_sure_seconds
 from queue_app.runtime.outages import OutageGuard
 from queue_app.runtime.producer import CONTROLS_REFRESH_SECONDS, Producer
 from queue_app.runtime.running_job import RunningJob
@@ -109,9 +109,6 @@ class Worker:
         self.slots: Slots | None = None  # started in run(), in the process that runs the jobs
         self._main = MainThread(self)
         self.release_after_seconds = settings.WORKER_RELEASE_AFTER_SECONDS
-        self.heartbeat_seconds = settings.HEARTBEAT_SECONDS
-        # When this process last knew (from a claim or a check) that its unstarted jobs' leases held.
-        self._leases_confirmed_at = 0.0
         self._claimed_at = 0.0
         self.stopping = False
         # The signal that asked this worker to stop; logged by the loop, not the handler.
@@ -298,11 +295,10 @@ class Worker:
         except BaseException:
             self._not_written(written)
             raise
-        self._leases_confirmed_at = claim_started
         self._claimed_at = claim_committed = time.monotonic()
         self._written(written)
         self.producer.after_claim(client, popped, claim)
-        self.holdings.claimed(claim.jobs)
+        self.holdings.claimed(claim.jobs, asked_at=claim_started)
         while True:
             if self.stopping:
                 self._hand_back_unstarted("worker stopping before the job started")
@@ -313,6 +309,8 @@ class Worker:
             if not self._still_holds(attempt):
                 continue
             late = time.monotonic() - claim_committed > START_SLACK_SECONDS
+            if self._fault is not None:
+                self._fault("worker.before_start")  # frozen here, it must not start a lost job
             if self.slots is not None and self._start_in_slot(attempt, late):
                 continue
             self.producer.job_took(self.executor.run(attempt, self._main, late=late, batch=True))
@@ -329,19 +327,19 @@ class Worker:
         """Whether the lease of the next job to start is still ours.
 
         Asked of PostgreSQL (extending the leases of every job not started yet) when
-        the last confirmation is older than a heartbeat, or the heartbeat saw the lease
+        its last confirmation is older than a heartbeat, or the heartbeat saw the lease
         go: a worker that was stopped for a while (SIGSTOP, a stall) must not start a
         job that was rescued meanwhile and may have been run, or completed, by another.
         Jobs whose lease is gone are dropped from the batch; jobs asked to cancel are
-        confirmed cancelled by the executor, unrun.
+        confirmed cancelled by the executor, unrun. (A stall after this check is the
+        executor's to catch: see ``lease_start_limit``.)
         """
-        fresh = time.monotonic() - self._leases_confirmed_at < self.heartbeat_seconds
-        if fresh and attempt.stop is not LeaseLost:
+        if attempt.lease_age() < lease_sure_seconds() and attempt.stop is not LeaseLost:
             return True
         asked = time.monotonic()
         pending = [attempt, *self.holdings.unstarted()]
         statuses = execution.extend_leases([item.key for item in pending], worker_id=self.worker_id)
-        self._leases_confirmed_at = asked
+        self.holdings.confirm([item.key for item in pending if item.job.id in statuses], asked)
         gone = [item for item in pending if item.job.id not in statuses]
         for item in gone:
             log.warning("job_lease_lost_before_start", job_id=item.job.id, fence=item.job.fence)

@@ -3,8 +3,10 @@
 import os
 import signal
 import subprocess
+import time
 
 import pytest
+from django.db import transaction
 from django.db.models.functions import Now
 
 from queue_app import services
@@ -61,3 +63,69 @@ def test_resumed_worker_does_not_start_batch_jobs_whose_lease_it_lost(relay_path
         assert not Execution.objects.filter(job_id=job.id).exists()
         assert Job.objects.get(id=job.id).status == "cancelled"
     assert JobLog.objects.filter(job_id=running.id, event="claimed").count() == 1
+
+
+def _stopped_process_in_group(pgid: int) -> int | None:
+    """A process of the group that is stopped (SIGSTOP), if one is."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] == "T" and int(fields[2]) == pgid:
+            return int(entry)
+    return None
+
+
+def _shows_within(condition, seconds: float) -> bool:
+    """Whether ``condition`` comes true within ``seconds`` (for what must not happen)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return bool(condition())
+
+
+def test_worker_frozen_after_its_lease_check_does_not_start_the_job_it_lost(relay_path, queue_config):
+    # The worker process freezes itself after it last confirmed the lease and before the
+    # handler runs (as a SIGSTOP, or a store that hangs on the way, would leave it), for
+    # longer than the lease, and its job is rescued. Woken, it must not run it, even with
+    # its heartbeat not yet able to tell it so.
+    worker = manage(
+        "runworker",
+        env=child_env(
+            JOBQUEUE_LEASE_SECONDS="2",
+            JOBQUEUE_HEARTBEAT_SECONDS="0.5",
+            JOBSITE_FAILPOINTS="worker.before_start=stop",
+        ),
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        lost = enqueue_job("probe.run")
+        relay_all()
+        frozen = wait_until(
+            lambda: _stopped_process_in_group(worker.pid), message="the worker to stop before the start"
+        )
+        leased = Job.objects.filter(id=lost.id, status="processing", lease_expires_at__gte=Now())
+        wait_until(lambda: not leased.exists(), message="its lease to run out")
+        # Its retry is not due before the test ends: a run of it could only be the stale one.
+        queue_config(RETRY_BACKOFF_BASE_SECONDS=3600, RETRY_BACKOFF_MAX_SECONDS=3600)
+        with transaction.atomic():
+            # The rescue's transaction stays open while the worker wakes: its heartbeat's
+            # extension waits on the row, so only the worker's own clock can stop the start.
+            assert [str(job.id) for job in execution.rescue_expired_leases()] == [str(lost.id)]
+            os.kill(frozen, signal.SIGCONT)
+            ran = _shows_within(lambda: Execution.objects.filter(job_id=lost.id).exists(), seconds=2)
+        assert not ran
+        after = enqueue_job("probe.run")
+        relay_all()
+        wait_until(lambda: Job.objects.filter(id=after.id, status="completed").exists(), message="next job")
+    finally:
+        kill_group(worker)
+    assert not Execution.objects.filter(job_id=lost.id).exists()
+    assert Job.objects.get(id=lost.id).status == "queued"
+    assert JobLog.objects.filter(job_id=lost.id, event="claimed").count() == 1
