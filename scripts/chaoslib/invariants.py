@@ -69,11 +69,13 @@ SLOT_FREEING_EVENTS = sorted(
 # Each execution with the claim it ran under and the log row that ended that claim's attempt.
 # Its claim is the 'claimed' row of its job carrying its fence (unique per job; journals without
 # a fence fall back to the latest claim of its attempt) written before it started; the end is
-# the first row after that claim that leaves 'processing'.
+# the first row after that claim that leaves 'processing'. lease_expired_at: when a rescue
+# found that claim's lease expired, before any later claim (requeued or failed from processing,
+# or, asked to cancel first, its cancel confirmed: the 'cancelled' row that ends it is the rescue).
 _EXECUTION_CLAIMS = """
 CREATE TABLE chaos_execution_claim AS
 SELECT e.execution, e.job_id, e.attempt, e.started_at, c.id AS claim_id, c.created_at AS claimed_at,
-       x.event AS end_event, x.created_at AS ended_at
+       x.event AS end_event, x.created_at AS ended_at, r.created_at AS lease_expired_at
   FROM chaos_execution e
   LEFT JOIN LATERAL (
         SELECT l.id, l.created_at FROM queue_app_job_logs l
@@ -85,6 +87,12 @@ SELECT e.execution, e.job_id, e.attempt, e.started_at, c.id AS claim_id, c.creat
         SELECT l.event, l.created_at FROM queue_app_job_logs l
          WHERE l.job_id = e.job_id AND l.id > c.id AND l.event = ANY(%(ending)s)
          ORDER BY l.id LIMIT 1) AS x ON true
+  LEFT JOIN LATERAL (
+        SELECT l.created_at FROM queue_app_job_logs l
+         WHERE l.job_id = e.job_id AND l.id > c.id AND l.event LIKE 'lease_expired%%'
+           AND NOT EXISTS (SELECT 1 FROM queue_app_job_logs n
+                            WHERE n.job_id = e.job_id AND n.event = 'claimed' AND n.id > c.id AND n.id < l.id)
+         ORDER BY l.id LIMIT 1) AS r ON true
 """
 
 
@@ -280,8 +288,9 @@ SQL_CHECKS: dict[str, Check] = {
     ),
     "no_two_executions_overlap": Check(
         "no two executions of one job run at the same time, whatever the handler catches (a"
-        " cancel, then a retry, included), unless the earlier one's attempt ended by its lease"
-        " expiring: its process was paused or cut off from PostgreSQL, and its writes are fenced",
+        " cancel, then a retry, included), unless the earlier one's lease expired (a rescue"
+        " requeued or failed it, or confirmed the cancel it was asked for): its process was paused"
+        " or cut off from PostgreSQL, and its writes are fenced",
         "SELECT count(*) FROM chaos_execution",
         # An execution killed with its process journaled no end: the row that ended its
         # attempt (written once the process was found dead) bounds it instead.
@@ -292,7 +301,7 @@ SQL_CHECKS: dict[str, Check] = {
               AND (e1.attempt, e1.started_at, e1.execution) < (e2.attempt, e2.started_at, e2.execution)
               AND e2.started_at < coalesce(e1.ended_at, c1.ended_at, 'infinity')
               AND e1.started_at < coalesce(e2.ended_at, 'infinity')
-            WHERE coalesce(c1.end_event, '') NOT LIKE 'lease_expired%%'""",
+            WHERE c1.lease_expired_at IS NULL""",
     ),
     "effect_exactly_once_per_completed_job": Check(
         "a probe.chaos job's side effect exists once if it completed (by the completing"

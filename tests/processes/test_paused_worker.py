@@ -1,9 +1,11 @@
 """A worker stopped (SIGSTOP) past its lease while holding a batch, then resumed."""
 
+import contextlib
 import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from django.db import transaction
@@ -65,18 +67,12 @@ def test_resumed_worker_does_not_start_batch_jobs_whose_lease_it_lost(relay_path
     assert JobLog.objects.filter(job_id=running.id, event="claimed").count() == 1
 
 
-def _stopped_process_in_group(pgid: int) -> int | None:
-    """A process of the group that is stopped (SIGSTOP), if one is."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] == "T" and int(fields[2]) == pgid:
-            return int(entry)
+def _stopped_child(pid: int) -> int | None:
+    """A child of ``pid`` (the supervisor's worker process) that is stopped, if one is."""
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        with contextlib.suppress(OSError):  # it exited meanwhile
+            if Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T":
+                return int(child)
     return None
 
 
@@ -107,9 +103,7 @@ def test_worker_frozen_after_its_lease_check_does_not_start_the_job_it_lost(rela
     try:
         lost = enqueue_job("probe.run")
         relay_all()
-        frozen = wait_until(
-            lambda: _stopped_process_in_group(worker.pid), message="the worker to stop before the start"
-        )
+        frozen = wait_until(lambda: _stopped_child(worker.pid), message="the worker to stop before the start")
         leased = Job.objects.filter(id=lost.id, status="processing", lease_expires_at__gte=Now())
         wait_until(lambda: not leased.exists(), message="its lease to run out")
         # Its retry is not due before the test ends: a run of it could only be the stale one.
