@@ -194,8 +194,7 @@ class Holdings:
 def lease_sure_seconds() -> float:
     """How long a confirmed lease is taken as held without asking PostgreSQL again before a
     start: a heartbeat, or less where a heartbeat is over half the lease."""
-    settings = queue_settings()
-    return min(settings.HEARTBEAT_SECONDS, settings.LEASE_SECONDS - settings.HEARTBEAT_SECONDS)
+    return min(queue_settings().HEARTBEAT_SECONDS, lease_start_limit())
 
 
 def lease_start_limit() -> float:

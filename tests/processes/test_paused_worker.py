@@ -21,17 +21,16 @@ from tests.probe.models import Execution
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes, pytest.mark.redis]
 
 
+def _short_lease_worker(**env: str) -> subprocess.Popen:
+    """A runworker whose lease (2 s) runs out soon after it stops heartbeating."""
+    env = child_env(JOBQUEUE_LEASE_SECONDS="2", JOBQUEUE_HEARTBEAT_SECONDS="0.5", **env)
+    return manage("runworker", env=env, stderr=subprocess.DEVNULL)
+
+
 def test_resumed_worker_does_not_start_batch_jobs_whose_lease_it_lost(relay_path, queue_config):
     # Claim far ahead and never release, so the batch stays held behind the first job.
-    worker = manage(
-        "runworker",
-        env=child_env(
-            JOBQUEUE_LEASE_SECONDS="2",
-            JOBQUEUE_HEARTBEAT_SECONDS="0.5",
-            JOBQUEUE_WORKER_CLAIM_AHEAD_SECONDS="600",
-            JOBQUEUE_WORKER_RELEASE_AFTER_SECONDS="600",
-        ),
-        stderr=subprocess.DEVNULL,
+    worker = _short_lease_worker(
+        JOBQUEUE_WORKER_CLAIM_AHEAD_SECONDS="600", JOBQUEUE_WORKER_RELEASE_AFTER_SECONDS="600"
     )
     try:
         warm_up = enqueue_job("probe.run")  # a first job, so the worker claims batches
@@ -91,15 +90,7 @@ def test_worker_frozen_after_its_lease_check_does_not_start_the_job_it_lost(rela
     # handler runs (as a SIGSTOP, or a store that hangs on the way, would leave it), for
     # longer than the lease, and its job is rescued. Woken, it must not run it, even with
     # its heartbeat not yet able to tell it so.
-    worker = manage(
-        "runworker",
-        env=child_env(
-            JOBQUEUE_LEASE_SECONDS="2",
-            JOBQUEUE_HEARTBEAT_SECONDS="0.5",
-            JOBSITE_FAILPOINTS="worker.before_start=stop",
-        ),
-        stderr=subprocess.DEVNULL,
-    )
+    worker = _short_lease_worker(JOBSITE_FAILPOINTS="worker.before_start=stop")
     try:
         lost = enqueue_job("probe.run")
         relay_all()
